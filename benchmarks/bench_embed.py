@@ -1,0 +1,93 @@
+"""Embedding throughput of ``tl.embed``'s core on real Baron cells, vs. a same-run GEMM.
+
+Prints cells/s, tokens/s and achieved GFLOP/s (analytic encoder FLOPs / wall time) next to the
+GFLOP/s of a float32 GEMM of matching shape ([batch tokens, d] @ [d, d_ff]) measured in the same
+process, for random-initialised ``mini`` and ``base`` encoders (throughput does not depend on the
+weights). Cells: Baron 2016 pancreas (≈1.8k genes/cell) and a 400-gene/cell subsample like the
+paper's hPancreas.
+
+    python benchmarks/bench_embed.py [--cells 256] [--batch-size 8] [--configs mini base]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from _common import SHARED, encoder_flops_per_token, gemm_gflops, write_csv
+
+
+def load_cells(n_cells: int, genes_per_cell: int | None, seed: int = 0):
+    import anndata as ad
+
+    import biomjepa as bj
+    from biomjepa.data.anndata_source import tokenize_adata
+
+    path = SHARED / "scrna" / "baron2016_pancreas_2142cells_raw.h5ad"
+    adata = ad.read_h5ad(path) if path.exists() else bj.datasets.pancreas()
+    adata = adata[np.random.default_rng(seed).permutation(adata.n_obs)[:n_cells]].copy()
+    bj.pp.map_vocab(adata)
+    cells = tokenize_adata(adata)
+    if genes_per_cell is None:
+        return cells
+    rng = np.random.default_rng(seed)
+    keep = np.zeros(len(cells.genes), dtype=bool)
+    for i in range(len(cells)):
+        s, e = cells.indptr[i], cells.indptr[i + 1]
+        keep[s + rng.choice(e - s, size=min(genes_per_cell, e - s), replace=False)] = True
+    from biomjepa.data.tokenize import TokenizedCells
+
+    indptr = np.concatenate([[0], np.cumsum([keep[cells.indptr[i] : cells.indptr[i + 1]].sum() for i in range(len(cells))])])
+    return TokenizedCells(indptr, cells.genes[keep], cells.values[keep], cells.library)
+
+
+def run(cfg_name: str, cells, batch_size: int, label: str) -> dict:
+    import torch
+
+    from biomjepa.model import BiomJEPA
+    from biomjepa.nn import ModelConfig
+    from biomjepa.tl._embed import embed_cells
+
+    cfg = ModelConfig.preset(cfg_name)
+    torch.manual_seed(0)
+    model = BiomJEPA(cfg).eval()
+    embed_cells(model, cells.subset(np.arange(min(batch_size, len(cells)))), batch_size=batch_size)  # warm-up
+    t0 = time.perf_counter()
+    embed_cells(model, cells, batch_size=batch_size)
+    dt = time.perf_counter() - t0
+    tokens = int(cells.lengths.sum() + 2 * len(cells))
+    gflops = encoder_flops_per_token(cfg) * tokens / dt / 1e9
+    mean_len = int(cells.lengths.mean()) + 2
+    gemm = gemm_gflops(batch_size * mean_len, cfg.d_model, cfg.d_ff)
+    return {
+        "config": cfg_name, "cells": label, "n_cells": len(cells), "batch_size": batch_size,
+        "mean_tokens": mean_len, "cells_per_s": len(cells) / dt, "tokens_per_s": tokens / dt,
+        "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cells", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--configs", nargs="+", default=["mini", "base"])
+    args = p.parse_args()
+    sets = {"baron_full": load_cells(args.cells, None), "baron_400": load_cells(args.cells, 400)}
+    rows = []
+    for cfg in args.configs:
+        for label, cells in sets.items():
+            n = len(cells) if cfg != "base" else min(len(cells), 64)
+            rows.append(run(cfg, cells.subset(np.arange(n)), args.batch_size, label))
+            r = rows[-1]
+            print(
+                f"{r['config']:>5} {r['cells']:>10} n={r['n_cells']:4d} tok/cell={r['mean_tokens']:5d} "
+                f"{r['cells_per_s']:8.1f} cells/s {r['tokens_per_s']:10.0f} tok/s "
+                f"{r['gflops']:7.1f} GFLOP/s  GEMM {r['gemm_gflops']:7.1f}  ratio {r['fraction_of_gemm']:.2f}"
+            )
+    print("wrote", write_csv(rows, "bench_embed.csv"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""BioM-JEPA: joint-embedding prediction of graph-connected gene blocks in single cells.
+
+``import biomjepa as bj`` is light: torch, scanpy and matplotlib are imported only when a
+function that needs them runs. ``bj.train``, ``bj.bench`` and ``bj.datasets`` load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from . import pl, pp, tl
+from ._settings import settings
+
+try:
+    from importlib.metadata import version as _version
+
+    __version__ = _version("biomjepa")
+except Exception:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
+
+_LAZY = {"train", "bench", "datasets", "nn", "data"}
+
+if TYPE_CHECKING:
+    from . import bench, datasets, train
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return importlib.import_module(f".{name}", __name__)
+    if name == "load_model":
+        from ._pretrained import load_model
+
+        return load_model
+    raise AttributeError(f"module 'biomjepa' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "bench", "datasets", "load_model", "pl", "pp", "settings", "tl", "train"]

@@ -1,0 +1,1 @@
+"""Package resources: vocabulary, gene-identifier table, orthologs (see ATTRIBUTION.md)."""

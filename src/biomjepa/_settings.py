@@ -1,0 +1,68 @@
+"""Global, user-adjustable settings (``bj.settings``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Literal
+
+_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+
+
+class Settings:
+    """Package-wide defaults.
+
+    Attributes
+    ----------
+    device
+        ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    batch_size
+        Default number of cells per forward pass in :func:`biomjepa.tl.embed`.
+    cachedir
+        Where downloaded checkpoints are stored (``$BIOMJEPA_CACHE`` or ``~/.cache/biomjepa``).
+    checkpoint
+        Default checkpoint: a registry name, a local directory, or an ``http(s)://`` URL.
+    verbosity
+        0 errors, 1 warnings (default), 2 info (+ progress bars), 3 debug.
+    """
+
+    def __init__(self) -> None:
+        self.device: str = "auto"
+        self.batch_size: int = 64
+        self._cachedir = Path(os.environ.get("BIOMJEPA_CACHE", Path.home() / ".cache" / "biomjepa"))
+        self.checkpoint: str = "biomjepa-mini"
+        self._verbosity: int = 1
+
+    @property
+    def cachedir(self) -> Path:
+        return self._cachedir
+
+    @cachedir.setter
+    def cachedir(self, value: str | os.PathLike) -> None:
+        self._cachedir = Path(value).expanduser()
+
+    @property
+    def verbosity(self) -> int:
+        return self._verbosity
+
+    @verbosity.setter
+    def verbosity(self, value: Literal[0, 1, 2, 3]) -> None:
+        if value not in _LEVELS:
+            raise ValueError(f"verbosity must be one of 0, 1, 2, 3; got {value!r}.")
+        self._verbosity = int(value)
+        logging.getLogger("biomjepa").setLevel(_LEVELS[self._verbosity])
+
+    @property
+    def show_progress(self) -> bool:
+        """Whether long loops show a tqdm progress bar (verbosity >= 2)."""
+        return self._verbosity >= 2
+
+    def __repr__(self) -> str:
+        return (
+            f"biomjepa settings: device={self.device!r}, batch_size={self.batch_size}, "
+            f"cachedir={str(self.cachedir)!r}, checkpoint={self.checkpoint!r}, verbosity={self.verbosity}"
+        )
+
+
+settings = Settings()

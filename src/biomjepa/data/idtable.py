@@ -1,0 +1,206 @@
+"""Resolve gene identifiers (symbols, Ensembl, Entrez, other species) onto vocabulary indices.
+
+Pure array code: no AnnData here. :func:`biomjepa.pp.map_vocab` is the AnnData-level wrapper.
+
+Rules, applied per identifier by its own kind:
+
+* Ensembl (``ENSG\\d+``, version suffix ``.12`` stripped) → bundled Ensembl table.
+* Entrez (all digits) → bundled Entrez table.
+* Symbols → exact vocabulary symbol; else, for an upper-case name, the symbol with that upper-case
+  form (``C1ORF112`` → ``C1orf112``); else an unambiguous alias / current symbol, unless that
+  token is already held by an exact official symbol of the same data.
+* Non-human species: symbols go through a 1:1 ortholog table to human symbols, then the symbol rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from os import PathLike
+
+import numpy as np
+import pandas as pd
+
+from .vocab import Vocab, id_maps, mouse_orthologs
+
+METHODS = ("official", "alias", "ensembl", "entrez", "ortholog")
+_ENSEMBL = r"^ENSG\d+"
+# mouse/rat-style symbols: Capitalised (Gcg, Ins1, Rpl13a), mt- genes, Riken clones, Gm models
+_MOUSE_LIKE = r"^(?:[A-Z][a-z][A-Za-z0-9-]*|mt-[A-Z][a-z0-9]+|\d+[A-Z]\d+Rik|Gm\d+)$"
+
+
+@dataclass
+class Resolution:
+    """Vocabulary index per identifier and how it was found.
+
+    Attributes
+    ----------
+    token
+        ``[n]`` int64 vocabulary index, −1 = unmapped.
+    method
+        ``[n]`` object: one of :data:`METHODS`, or ``""`` when unmapped.
+    kind
+        ``[n]`` object: ``"ensembl"``, ``"entrez"``, ``"symbol"`` or ``"missing"``.
+    """
+
+    token: np.ndarray
+    method: np.ndarray
+    kind: np.ndarray
+
+    @property
+    def id_type(self) -> str:
+        """The identifier kind of (≥ 95 % of) the non-missing names, else ``"mixed"``."""
+        kinds = self.kind[self.kind != "missing"]
+        if len(kinds) == 0:
+            return "missing"
+        values, counts = np.unique(kinds, return_counts=True)
+        best = counts.argmax()
+        return str(values[best]) if counts[best] >= 0.95 * len(kinds) else "mixed"
+
+    def method_counts(self) -> dict[str, int]:
+        return {m: int((self.method == m).sum()) for m in METHODS}
+
+
+def clean_names(names) -> pd.Series:
+    """Identifiers as stripped strings; missing values (NaN, None, ``""``) become ``""``."""
+    s = pd.Series(np.asarray(names, dtype=object).ravel())
+    missing = s.isna().to_numpy()
+    s = s.astype(str).str.strip()
+    s[missing | s.str.lower().isin(["nan", "none"]).to_numpy()] = ""
+    return s
+
+
+def classify(names: pd.Series) -> np.ndarray:
+    """``"ensembl"`` / ``"entrez"`` / ``"symbol"`` / ``"missing"`` per cleaned identifier."""
+    kind = np.full(len(names), "symbol", dtype=object)
+    kind[names.str.match(_ENSEMBL).to_numpy()] = "ensembl"
+    kind[names.str.fullmatch(r"\d+").to_numpy()] = "entrez"
+    kind[(names == "").to_numpy()] = "missing"
+    return kind
+
+
+def looks_like_positions(names: pd.Series) -> bool:
+    """True when every identifier is an integer and they look like row positions (0.. or 1..n).
+
+    Entrez has no gene 0, so any ``"0"`` marks positions; so does exactly ``1..n`` in order.
+    """
+    if len(names) == 0 or not names.str.fullmatch(r"\d+").all():
+        return False
+    ints = names.astype(np.int64).to_numpy()
+    return bool((ints == 0).any() or np.array_equal(ints, np.arange(1, len(ints) + 1)))
+
+
+def mouse_like_fraction(names: pd.Series) -> float:
+    """Fraction of symbol-like identifiers written mouse-style (``Gcg``, ``Ins1``, ``mt-Nd1``)."""
+    symbols = names[classify(names) == "symbol"]
+    return float(symbols.str.match(_MOUSE_LIKE).mean()) if len(symbols) else 0.0
+
+
+def load_orthologs(orthologs: pd.DataFrame | str | PathLike) -> pd.Series:
+    """A user ortholog table (DataFrame or CSV/TSV path): column 0 = species symbol, 1 = human.
+
+    Species symbols listed with more than one human symbol are dropped (not 1:1).
+    """
+    if not isinstance(orthologs, pd.DataFrame):
+        path = str(orthologs)
+        orthologs = pd.read_csv(path, sep="\t" if path.endswith((".tsv", ".tsv.gz")) else ",", dtype=str)
+    if orthologs.shape[1] < 2:
+        raise ValueError("`orthologs` needs two columns: the species' gene symbol, then the human symbol.")
+    table = orthologs.iloc[:, :2].dropna().astype(str).drop_duplicates()
+    table = table[~table.iloc[:, 0].duplicated(keep=False)]
+    return pd.Series(
+        table.iloc[:, 1].to_numpy(dtype=object), index=pd.Index(table.iloc[:, 0].to_numpy(dtype=object))
+    )
+
+
+def _lookup_series(table: pd.Series, names: pd.Series) -> pd.Series:
+    """``table[name]`` per name ('' when absent), exact first, then case-insensitive."""
+    pos = table.index.get_indexer(pd.Index(names.to_numpy(dtype=object)))
+    upper = table.index.str.upper()
+    unique = ~upper.duplicated(keep=False)
+    upper_pos = pd.Index(upper[unique]).get_indexer(pd.Index(names.str.upper().to_numpy(dtype=object)))
+    fallback = np.flatnonzero(unique)[np.maximum(upper_pos, 0)]
+    pos = np.where(pos >= 0, pos, np.where(upper_pos >= 0, fallback, -1))
+    out = np.where(pos >= 0, table.to_numpy(dtype=object)[np.maximum(pos, 0)], "")
+    return pd.Series(out, dtype=object)
+
+
+def resolve_symbols(names: pd.Series, vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
+    """Human symbols → (token, method) by official symbol, upper-case form, then alias."""
+    token = vocab.index_of(names)
+    method = np.where(token >= 0, "official", "").astype(object)
+    upper = vocab.index_of_upper(names)
+    take = (token < 0) & (upper >= 0) & (names == names.str.upper()).to_numpy()
+    token[take], method[take] = upper[take], "official"
+    alias = id_maps()["alias"].lookup(names)
+    # an alias never lands on a token that an official symbol of the same data already holds:
+    # such a var is most likely another gene that shares the alias (DEC1 vs BHLHE40)
+    taken = np.isin(alias, token[token >= 0])
+    take = (token < 0) & (alias >= 0) & ~taken
+    token[take], method[take] = alias[take], "alias"
+    return token.astype(np.int64), method
+
+
+def resolve_identifiers(
+    names,
+    *,
+    species: str = "human",
+    orthologs: pd.DataFrame | str | PathLike | None = None,
+    vocab: Vocab | None = None,
+) -> Resolution:
+    """Map identifiers onto vocabulary indices, each by its own kind (see module docstring).
+
+    Parameters
+    ----------
+    names
+        ``[n]`` identifiers (strings; missing values allowed).
+    species
+        ``"human"``, ``"mouse"`` (bundled 1:1 orthologs) or any name when ``orthologs`` is given.
+    orthologs
+        Table of ``(species symbol, human symbol)`` pairs for a species other than human/mouse.
+    vocab
+        Vocabulary; default :meth:`Vocab.default`.
+
+    Returns
+    -------
+    :class:`Resolution` with ``token``, ``method`` and ``kind`` per identifier.
+    """
+    vocab = vocab or Vocab.default()
+    names = clean_names(names)
+    kind = classify(names)
+    token = np.full(len(names), -1, dtype=np.int64)
+    method = np.full(len(names), "", dtype=object)
+    maps = id_maps()
+
+    ens = kind == "ensembl"
+    token[ens] = maps["ensembl"].lookup(names[ens].str.replace(r"\..*$", "", regex=True))
+    ent = kind == "entrez"
+    token[ent] = maps["entrez"].lookup(names[ent])
+    method[(ens | ent) & (token >= 0)] = kind[(ens | ent) & (token >= 0)]
+
+    sym = kind == "symbol"
+    table = _ortholog_table(species, orthologs)
+    symbols = names[sym].reset_index(drop=True)
+    if table is not None:
+        symbols = _lookup_series(table, symbols)
+    sym_token, sym_method = resolve_symbols(symbols, vocab)
+    if table is not None:
+        sym_method = np.where(sym_token >= 0, "ortholog", "").astype(object)
+    token[sym], method[sym] = sym_token, sym_method
+    return Resolution(token, method, kind)
+
+
+def _ortholog_table(species: str, orthologs) -> pd.Series | None:
+    if orthologs is not None:
+        if species == "human":
+            raise ValueError(
+                '`orthologs=` maps another species onto human: also pass `species=` (e.g. "rat").'
+            )
+        return load_orthologs(orthologs)
+    if species == "human":
+        return None
+    if species == "mouse":
+        return mouse_orthologs()
+    raise ValueError(
+        f"species={species!r} has no bundled orthologs: pass `orthologs=` (a DataFrame or CSV path with "
+        f"columns {species} symbol, human symbol), or use species='human' / 'mouse'."
+    )

@@ -1,0 +1,7 @@
+"""Plotting functions (matplotlib is imported only when a plot is drawn)."""
+
+from ._ablate import ablate_programme
+from ._max_token import max_token
+from ._perturb import perturbation_arithmetic
+
+__all__ = ["ablate_programme", "max_token", "perturbation_arithmetic"]

@@ -1,0 +1,151 @@
+"""``bj.tl.embed``: frozen BioM-JEPA cell embeddings into ``obsm["X_biomjepa"]``."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY
+from .._settings import settings
+from ..data.anndata_source import CHUNK, get_modality, iter_rows, token_column
+from ..data.tokenize import check_counts, to_vocab_counts, tokenize
+
+if TYPE_CHECKING:
+    from anndata import AnnData
+
+logger = logging.getLogger(__name__)
+
+
+def embed(
+    adata: AnnData,
+    *,
+    checkpoint: str | None = None,
+    layer: str | None = None,
+    batch_size: int | None = None,
+    device: str = "auto",
+    mod: str | None = None,
+    key_added: str | None = None,
+    copy: bool = False,
+) -> AnnData | None:
+    """Embed cells with a frozen BioM-JEPA encoder.
+
+    Every observed, vocabulary-mapped gene of a cell is a token (no cap). Rows are read in
+    chunks (backed AnnData supported), tokenized, grouped into length-sorted batches padded only
+    to their longest cell, encoded under ``torch.inference_mode`` (bf16 autocast on CUDA, fp32 on
+    CPU) and pooled: per-feature max ‖ mean of the 5 largest gene-token states (technical tokens
+    excluded). Results do not depend on ``batch_size`` or cell order.
+
+    Parameters
+    ----------
+    adata
+        AnnData (in memory or ``backed="r"``) or MuData with raw counts, after :func:`biomjepa.pp.map_vocab`.
+    checkpoint
+        Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
+    layer
+        Layer with raw counts; default ``X``.
+    batch_size
+        Cells per forward pass (default ``bj.settings.batch_size``).
+    device
+        ``"auto"``, ``"cpu"``, ``"cuda"``...; requesting CUDA without CUDA raises.
+    mod
+        MuData modality (default ``"rna"``).
+    key_added
+        ``obsm`` key (default ``"X_biomjepa"``); parameters go to ``uns[key_added or "biomjepa"]["params"]``.
+    copy
+        Return a modified copy instead of writing into ``adata``.
+
+    Returns
+    -------
+    ``None`` or a copy (``copy=True``), with
+
+    ``.obsm["X_biomjepa"]``
+        float32 ``[n_obs, 2·d_model]`` embedding (1,536 for the base model).
+    ``.uns["biomjepa"]["params"]``
+        checkpoint name and sha256, vocab hash, device, dtype, pooling, genes used per cell.
+    """
+    from .._device import resolve_device
+    from .._pretrained import load_model
+
+    adata = adata.copy() if copy else adata
+    target = get_modality(adata, mod)
+    token_column(target, TOKEN_KEY)  # fail early, before loading a model
+    if target.n_obs == 0:
+        raise ValueError("adata has no cells to embed.")
+    dev = resolve_device(device)
+    model = load_model(checkpoint)
+    bs = int(batch_size or settings.batch_size)
+    Z, n_genes = _embed_adata(model, target, layer=layer, batch_size=bs, device=dev)
+    key = key_added or OBSM_KEY
+    target.obsm[key] = Z
+    uns = target.uns.setdefault(UNS_KEY if key_added is None else key_added, {})
+    uns["params"] = _params(model, dev, layer, bs, n_genes)
+    return adata if copy else None
+
+
+def _params(model, dev, layer, batch_size, n_genes) -> dict:
+    from ..data.vocab import Vocab
+
+    info = model.info
+    return {
+        "checkpoint": info.get("name", "unnamed"),
+        "checkpoint_sha256": info.get("sha256", ""),
+        "vocab_hash": Vocab.default().hash,
+        "device": str(dev),
+        "dtype": "bfloat16-autocast" if dev.type == "cuda" else "float32",
+        "pooling": "max+top5mean",
+        "layer": layer or "X",
+        "batch_size": batch_size,
+        "embedding_dim": model.config.embedding_dim,
+        "n_genes_median": float(np.median(n_genes)),
+        "n_genes_min": int(n_genes.min()),
+        "n_genes_max": int(n_genes.max()),
+    }
+
+
+def _embed_adata(model, adata, *, layer, batch_size, device) -> tuple[np.ndarray, np.ndarray]:
+    """Stream ``adata`` in row chunks → (embeddings ``[n, 2D]`` float32, genes per cell ``[n]``)."""
+    from tqdm.auto import tqdm
+
+    from ..data.vocab import Vocab
+
+    token = token_column(adata)
+    V = Vocab.default().size
+    Z = np.empty((adata.n_obs, model.config.embedding_dim), dtype=np.float32)
+    n_genes = np.empty(adata.n_obs, dtype=np.int64)
+    where = "X" if layer is None else f"layers[{layer!r}]"
+    bar = tqdm(total=adata.n_obs, unit="cell", disable=not settings.show_progress, desc="embed")
+    for sl, block in iter_rows(adata, layer, CHUNK):
+        check_counts(block, where=where)
+        counts, totals = to_vocab_counts(block, token, V)
+        try:
+            cells = tokenize(counts, totals)
+        except ValueError as err:
+            raise ValueError(f"Cells {sl.start}..{sl.stop - 1}: {err}") from None
+        Z[sl] = embed_cells(model, cells, batch_size=batch_size, device=device)
+        n_genes[sl] = cells.lengths
+        bar.update(sl.stop - sl.start)
+    bar.close()
+    logger.info("Embedded %d cells on %s", adata.n_obs, device)
+    return Z, n_genes
+
+
+def embed_cells(model, cells, *, batch_size: int = 64, device=None, max_tokens: int | None = None) -> np.ndarray:
+    """Embed :class:`~biomjepa.data.tokenize.TokenizedCells` → ``[n, 2D]`` float32 (tensor-level helper).
+
+    Cells are length-sorted into batches and written back in their original order.
+    """
+    import torch
+
+    from .._device import autocast
+    from ..data.collate import collate, sorted_batches
+
+    device = device or torch.device("cpu")
+    model = model.to(device).eval()
+    out = np.empty((len(cells), model.config.embedding_dim), dtype=np.float32)
+    with torch.inference_mode(), autocast(device):
+        for rows in sorted_batches(cells.lengths, batch_size, max_tokens=max_tokens):
+            batch = collate(cells, model.config.vocab_size, rows).to(device)
+            out[rows] = model(batch).float().cpu().numpy()
+    return out

@@ -1,0 +1,171 @@
+"""``bj.tl.max_token``: which gene supplies each cell's max-pooled representation (Fig. 6a)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._keys import TOKEN_KEY
+from .._settings import settings
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+    from anndata import AnnData
+
+logger = logging.getLogger(__name__)
+
+
+def max_token_shares(
+    hidden: torch.Tensor, gene_mask: torch.Tensor, gene_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Max-token contributions ``u_ig`` and each cell's winner, from token states.
+
+    ``u_ig`` is the share of the ``D`` feature dimensions in which gene token ``g`` supplies the
+    per-feature maximum over the cell's gene tokens (technical tokens and padding, ``False`` in
+    ``gene_mask``, are excluded). The winner is ``argmax_g u_ig``; ties go to the gene with the
+    lowest vocabulary index.
+
+    Parameters
+    ----------
+    hidden
+        ``[B, T, D]`` token states.
+    gene_mask
+        ``[B, T]`` bool, gene tokens only.
+    gene_ids
+        ``[B, T]`` long vocabulary index of each token.
+
+    Returns
+    -------
+    ``(u [B, T] float, winner_id [B] long, winner_share [B] float)``; ``u`` is 0 off the gene tokens.
+    """
+    import torch
+
+    from ..nn.pooling import max_winners
+
+    b, t, d = hidden.shape
+    pos = max_winners(hidden, gene_mask)  # [B, D]
+    counts = torch.zeros(b, t, dtype=torch.long, device=hidden.device)
+    counts.scatter_add_(1, pos, torch.ones_like(pos))
+    counts = counts.masked_fill(~gene_mask, 0)
+    big = int(gene_ids.max()) + 2 if gene_ids.numel() else 2
+    # lexicographic key: most dimensions first, then the lowest vocabulary index
+    key = counts * big + (big - 1 - gene_ids)
+    key = key.masked_fill(~gene_mask, -1)
+    best = key.argmax(dim=1)  # [B]
+    winner = gene_ids.gather(1, best[:, None])[:, 0]
+    share = counts.gather(1, best[:, None])[:, 0].to(torch.float32) / d
+    return counts.to(torch.float32) / d, winner, share
+
+
+def winner_fraction(winners: np.ndarray, groups: np.ndarray) -> pd.DataFrame:
+    """``A_cg``: fraction of the cells of group ``c`` whose winner is gene ``g`` (groups × genes)."""
+    import pandas as pd
+
+    tab = pd.crosstab(pd.Series(groups, name="group"), pd.Series(winners, name="gene"))
+    return tab.div(tab.sum(axis=1), axis=0).astype(np.float64)
+
+
+def max_token(
+    adata: AnnData,
+    *,
+    groupby: str | None = None,
+    checkpoint: str | None = None,
+    layer: str | None = None,
+    batch_size: int | None = None,
+    device: str = "auto",
+    key_added: str = "max_token",
+    copy: bool = False,
+) -> AnnData | None:
+    """Max-token winner gene of every cell and, per group, the winner fractions ``A_cg``.
+
+    Cells are tokenized and encoded as in :func:`biomjepa.tl.embed`. For cell ``i`` and observed
+    gene ``g``, ``u_ig`` is the share of the ``d`` feature dimensions in which ``g``'s final-layer
+    token state is the per-feature maximum over the cell's gene tokens (the max half of the
+    pooled embedding; technical tokens excluded). The winner is ``argmax_g u_ig`` (ties → lowest
+    vocabulary index). With ``groupby``, ``A_cg`` is the fraction of group ``c``'s cells whose
+    winner is ``g`` (paper, Supplementary "Max-token cell-type programmes").
+
+    Parameters
+    ----------
+    adata
+        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`.
+    groupby
+        ``obs`` column with cell groups (e.g. cell types) for the winner-fraction matrix.
+    checkpoint
+        Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
+    layer
+        Layer with raw counts; default ``X``.
+    batch_size
+        Cells per forward pass (default ``bj.settings.batch_size``).
+    device
+        ``"auto"``, ``"cpu"``, ``"cuda"``...
+    key_added
+        Prefix of the ``obs`` columns and ``uns`` key.
+    copy
+        Return a modified copy instead of writing into ``adata``.
+
+    Returns
+    -------
+    ``None`` or a copy (``copy=True``), with
+
+    ``.obs[f"{key_added}_gene"]``
+        winner gene symbol per cell.
+    ``.obs[f"{key_added}_share"]``
+        the winner's ``u_ig`` (share of feature dimensions it supplies).
+    ``.uns[key_added]["winner_fraction"]``
+        (with ``groupby``) DataFrame groups × winner genes, rows sum to 1.
+    ``.uns[key_added]["params"]``
+        groupby, checkpoint, layer, batch size, device, tie rule.
+    """
+    from .._device import resolve_device
+    from .._pretrained import load_model
+    from ..data.anndata_source import token_column, tokenize_adata
+    from ..data.vocab import Vocab
+
+    adata = adata.copy() if copy else adata
+    token_column(adata, TOKEN_KEY)
+    if adata.n_obs == 0:
+        raise ValueError("adata has no cells.")
+    if groupby is not None and groupby not in adata.obs:
+        raise KeyError(f"groupby={groupby!r} is not a column of adata.obs ({list(adata.obs.columns)[:10]}).")
+    dev = resolve_device(device)
+    model = load_model(checkpoint)
+    bs = int(batch_size or settings.batch_size)
+    cells = tokenize_adata(adata, layer=layer)
+    winner, share = _winners(model, cells, batch_size=bs, device=dev)
+    symbols = np.asarray(Vocab.default().symbols, dtype=object)[winner]
+    result = {"params": {
+        "groupby": groupby, "checkpoint": model.info.get("name", "unnamed"), "layer": layer or "X",
+        "batch_size": bs, "device": str(dev), "contribution": "share of max-pooled feature dimensions",
+        "ties": "lowest vocabulary index",
+    }}
+    if groupby is not None:
+        result["winner_fraction"] = winner_fraction(symbols, adata.obs[groupby].astype(str).to_numpy())
+    adata.obs[f"{key_added}_gene"] = symbols.astype(str)
+    adata.obs[f"{key_added}_share"] = share.astype(np.float64)
+    adata.uns[key_added] = result
+    return adata if copy else None
+
+
+def _winners(model, cells, *, batch_size: int, device) -> tuple[np.ndarray, np.ndarray]:
+    """Winner vocabulary index ``[n]`` and share ``[n]`` for every cell of ``cells``."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from .._device import autocast
+    from ..data.collate import collate, sorted_batches
+
+    model = model.to(device).eval()
+    winner = np.empty(len(cells), dtype=np.int64)
+    share = np.empty(len(cells), dtype=np.float32)
+    batches = sorted_batches(cells.lengths, batch_size)
+    with torch.inference_mode(), autocast(device):
+        for rows in tqdm(batches, disable=not settings.show_progress, desc="max_token", unit="batch"):
+            batch = collate(cells, model.config.vocab_size, rows).to(device)
+            hidden = model.hidden(batch).float()
+            _, w, s = max_token_shares(hidden, batch.gene_mask, batch.gene_ids)
+            winner[rows], share[rows] = w.cpu().numpy(), s.cpu().numpy()
+    return winner, share

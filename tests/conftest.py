@@ -1,0 +1,63 @@
+"""Shared fixtures: the ../shared data directory (skip when absent) and a tiny checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _few_threads():
+    try:
+        import torch
+
+        torch.set_num_threads(2)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """Path to ``../shared/data``; skips the test when it is not there (fresh clone)."""
+    if not SHARED.is_dir():
+        pytest.skip("../shared/data not available")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> str:
+    """A randomly initialised ``tiny`` checkpoint on the bundled vocabulary (seed 0)."""
+    import torch
+
+    from biomjepa.model import BiomJEPA, save_checkpoint
+    from biomjepa.nn import ModelConfig
+
+    torch.manual_seed(0)
+    model = BiomJEPA(ModelConfig.preset("tiny"))
+    path = tmp_path_factory.mktemp("ckpt") / "tiny"
+    save_checkpoint(model, path, provenance={"kind": "random-init", "seed": 0})
+    return str(path)
+
+
+@pytest.fixture
+def counts_adata():
+    """60 cells × 300 real vocabulary genes of Poisson counts (+ 20 unmapped genes)."""
+    import anndata as ad
+    import numpy as np
+    from scipy import sparse
+
+    from biomjepa.data.vocab import Vocab
+
+    rng = np.random.default_rng(0)
+    symbols = list(Vocab.default().symbols[1000:1300]) + [f"NOTAGENE{i}" for i in range(20)]
+    lam = rng.gamma(0.3, 2.0, size=len(symbols))
+    X = rng.poisson(lam, size=(60, len(symbols))).astype(np.float32)
+    X[:, 0] += 1  # no empty cells
+    a = ad.AnnData(sparse.csr_matrix(X))
+    a.var_names = symbols
+    a.obs_names = [f"cell{i}" for i in range(60)]
+    a.obs["group"] = np.repeat(["a", "b", "c"], 20)
+    return a

@@ -1,0 +1,114 @@
+"""Checkpoint format: exact round trip, refusal of damaged/foreign files, verified HTTP download."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import shutil
+import threading
+
+import pytest
+import torch
+
+import biomjepa as bj
+from biomjepa._pretrained import load_model, resolve_checkpoint
+from biomjepa.model import CONFIG, WEIGHTS, BiomJEPA, CheckpointError, load_checkpoint, save_checkpoint
+from biomjepa.nn import ModelConfig
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return BiomJEPA(ModelConfig.preset("tiny"))
+
+
+def test_round_trip_is_exact(tmp_path):
+    m = _model()
+    save_checkpoint(m, tmp_path / "c", provenance={"note": "test"})
+    loaded = load_checkpoint(tmp_path / "c")
+    for (k, a), (k2, b) in zip(m.encoder.state_dict().items(), loaded.encoder.state_dict().items()):
+        assert k == k2 and torch.equal(a, b)
+    meta = json.loads((tmp_path / "c" / CONFIG).read_text())
+    assert meta["provenance"] == {"note": "test"}
+    assert meta["vocab_hash"] == bj.data.vocab.Vocab.default().hash
+    assert loaded.config == m.config and not loaded.training
+
+
+def test_bf16_storage_loads_as_float32(tmp_path):
+    m = _model()
+    save_checkpoint(m, tmp_path / "c", dtype=torch.bfloat16)
+    loaded = load_checkpoint(tmp_path / "c")
+    w = loaded.encoder.gene_embedding.weight
+    assert w.dtype == torch.float32
+    torch.testing.assert_close(w, m.encoder.gene_embedding.weight.detach(), rtol=1e-2, atol=1e-3)
+
+
+def test_corrupted_and_truncated_weights_refused(tmp_path):
+    save_checkpoint(_model(), tmp_path / "c")
+    data = bytearray((tmp_path / "c" / WEIGHTS).read_bytes())
+    data[-10] ^= 0xFF
+    (tmp_path / "c" / WEIGHTS).write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="corrupted or truncated"):
+        load_checkpoint(tmp_path / "c")
+    (tmp_path / "c" / WEIGHTS).write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(CheckpointError, match="corrupted or truncated"):
+        load_checkpoint(tmp_path / "c")
+
+
+def test_other_vocabulary_refused(tmp_path):
+    save_checkpoint(_model(), tmp_path / "c")
+    meta = json.loads((tmp_path / "c" / CONFIG).read_text())
+    meta["vocab_hash"] = "0123456789abcdef"
+    (tmp_path / "c" / CONFIG).write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="another vocabulary"):
+        load_checkpoint(tmp_path / "c")
+
+
+def test_not_a_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError, match="not a biomjepa checkpoint"):
+        load_checkpoint(tmp_path)
+    with pytest.raises(FileNotFoundError, match="neither a registered name"):
+        resolve_checkpoint(str(tmp_path / "missing"))
+
+
+def test_lazy_cached_loading(tmp_path):
+    save_checkpoint(_model(), tmp_path / "c")
+    assert load_model(str(tmp_path / "c")) is load_model(str(tmp_path / "c"))
+
+
+@pytest.fixture
+def http_root(tmp_path):
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_download_verified(http_root, tmp_path, monkeypatch):
+    root, url = http_root
+    src = save_checkpoint(_model(), tmp_path / "c")
+    shutil.copytree(src, root / "tiny")
+    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache")
+    sha = json.loads((src / CONFIG).read_text())["weights_sha256"]
+    model = load_model(f"{url}/tiny#sha256={sha}")
+    assert model.info["sha256"] == sha
+    assert (tmp_path / "cache" / "checkpoints" / sha[:16] / WEIGHTS).is_file()
+    with pytest.raises(ValueError, match="expected"):
+        resolve_checkpoint(f"{url}/tiny", sha256="0" * 64)
+    with pytest.raises(ValueError, match="needs its sha256"):
+        resolve_checkpoint(f"{url}/tiny")
+
+
+def test_unwritable_cachedir_is_a_clear_error(http_root, tmp_path, monkeypatch):
+    _, url = http_root
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setattr(bj.settings, "_cachedir", blocker / "sub")
+    with pytest.raises(PermissionError, match="cachedir"):
+        resolve_checkpoint(f"{url}/x", sha256="a" * 64)

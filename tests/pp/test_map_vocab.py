@@ -1,0 +1,244 @@
+"""``bj.pp.map_vocab``: identifier rules, report, errors, matrix formats, backed and real data."""
+
+from __future__ import annotations
+
+import warnings
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import sparse
+
+import biomjepa as bj
+from biomjepa.data.vocab import Vocab
+from biomjepa.pp import _vocab
+
+HUMAN = ["TP53", "GAPDH", "ACTB", "CD3E", "MS4A1", "LYZ", "CD14", "NKG7"]
+
+
+def make(names, X=None, fmt="csr", seed=0) -> ad.AnnData:
+    rng = np.random.default_rng(seed)
+    if X is None:
+        X = rng.poisson(3.0, size=(12, len(names))).astype(np.float32)
+    if fmt == "csr":
+        X = sparse.csr_matrix(X)
+    elif fmt == "csc":
+        X = sparse.csc_matrix(X)
+    a = ad.AnnData(X)
+    a.var_names = list(names)
+    a.obs_names = [f"c{i}" for i in range(a.n_obs)]
+    return a
+
+
+def idx(*symbols):
+    return Vocab.default().index_of(list(symbols)).tolist()
+
+
+def report(a):
+    return a.uns["biomjepa"]["vocab"]
+
+
+def test_symbols_official():
+    a = make([*HUMAN, "NOTAGENE"])
+    X0 = a.X.copy()
+    assert bj.pp.map_vocab(a) is None
+    tok = a.var["biomjepa_token"]
+    assert tok.dtype == np.int64
+    assert tok.tolist() == [*idx(*HUMAN), -1]
+    r = report(a)
+    assert (r["n_vars"], r["n_matched"], r["n_tokens"]) == (9, 8, 8)
+    assert r["vocab_coverage"] == pytest.approx(8 / 19264)
+    assert r["id_type"] == "symbol" and r["species"] == "human"
+    assert r["unmapped_examples"] == ["NOTAGENE"]
+    assert r["methods"]["official"] == 8 and r["vocab_hash"] == Vocab.default().hash
+    assert (a.X != X0).nnz == 0  # X untouched
+
+
+def test_aliases_and_ambiguous_alias():
+    a = make([*HUMAN, "BMAL1", "2F1", "C1ORF112"])
+    bj.pp.map_vocab(a)
+    assert a.var["biomjepa_token"].tolist()[-3:] == [idx("ARNTL")[0], -1, idx("C1orf112")[0]]
+    assert report(a)["methods"]["alias"] == 1
+
+
+def test_ensembl_with_version():
+    a = make(["ENSG00000141510.17", "ENSG00000111640.15", "ENSG00000075624", "ENSG99999999999"])
+    bj.pp.map_vocab(a)
+    assert a.var["biomjepa_token"].tolist() == [*idx("TP53", "GAPDH", "ACTB"), -1]
+    assert report(a)["id_type"] == "ensembl" and report(a)["methods"]["ensembl"] == 3
+
+
+def test_entrez():
+    a = make(["7157", "2597", "60", "999999999"])
+    bj.pp.map_vocab(a)
+    assert a.var["biomjepa_token"].tolist() == [*idx("TP53", "GAPDH", "ACTB"), -1]
+    assert report(a)["id_type"] == "entrez"
+
+
+def test_mixed_and_duplicates_count_fraction():
+    X = np.array([[1, 2, 3, 4, 10], [1, 0, 3, 0, 0]], dtype=np.float32)
+    a = make(["TP53", "ENSG00000141510", "GAPDH", "ACTB", "NOTAGENE"], X=X)
+    bj.pp.map_vocab(a)
+    r = report(a)
+    assert a.var["biomjepa_token"].tolist() == [*idx("TP53", "TP53", "GAPDH", "ACTB"), -1]
+    assert r["id_type"] == "mixed"
+    assert (r["n_matched"], r["n_tokens"], r["n_duplicate_tokens"]) == (4, 3, 1)
+    assert r["duplicate_examples"] == ["TP53: TP53, ENSG00000141510"]
+    assert r["count_fraction"] == pytest.approx(14 / 24)  # both TP53 vars count
+
+
+def test_gene_key_and_key_added():
+    a = make([f"g{i}" for i in range(len(HUMAN))])
+    a.var["symbol"] = HUMAN
+    bj.pp.map_vocab(a, gene_key="symbol", key_added="tok")
+    assert a.var["tok"].tolist() == idx(*HUMAN)
+    assert report(a)["params"]["gene_key"] == "symbol"
+    with pytest.raises(KeyError, match="gene_key"):
+        bj.pp.map_vocab(a, gene_key="missing")
+
+
+def test_integer_positions_error():
+    a = make([str(i) for i in range(6)])
+    a.var["symbol"] = HUMAN[:6]
+    with pytest.raises(ValueError, match=r"integer positions.*gene_key="):
+        bj.pp.map_vocab(a)
+    bj.pp.map_vocab(a, gene_key="symbol")
+    assert report(a)["n_matched"] == 6
+
+
+def test_zero_overlap_error_leaves_input_unchanged():
+    a = make(["foo", "bar", "baz"])
+    with pytest.raises(ValueError, match="gene_key="):
+        bj.pp.map_vocab(a)
+    assert "biomjepa_token" not in a.var and "biomjepa" not in a.uns
+
+
+def test_mouse_like_names_error_suggests_species():
+    a = make(["Gcg", "Ins1", "Sst", "Ppy", "Pdx1", "Actb"])
+    with pytest.raises(ValueError, match='species="mouse"'):
+        bj.pp.map_vocab(a)
+    bj.pp.map_vocab(a, species="mouse")
+    assert a.var["biomjepa_token"].tolist()[0] == idx("GCG")[0]
+    assert report(a)["species"] == "mouse" and report(a)["methods"]["ortholog"] >= 3
+
+
+def test_custom_orthologs(tmp_path):
+    table = pd.DataFrame({"fish": ["gcga", "tp53"], "human": ["GCG", "TP53"]})
+    a = make(["gcga", "tp53", "other"])
+    bj.pp.map_vocab(a, species="zebrafish", orthologs=table)
+    assert a.var["biomjepa_token"].tolist() == [*idx("GCG", "TP53"), -1]
+    path = tmp_path / "orth.csv"
+    table.to_csv(path, index=False)
+    b = bj.pp.map_vocab(make(["gcga", "tp53"]), species="zebrafish", orthologs=path, copy=True)
+    assert report(b)["species"] == "zebrafish"
+    with pytest.raises(ValueError, match="orthologs="):
+        bj.pp.map_vocab(make(["gcga"]), species="zebrafish")
+
+
+def test_low_count_fraction_warns_and_error_leaves_input_unchanged():
+    X = np.array([[1, 9], [1, 9]], dtype=np.float32)
+    a = make(["TP53", "NOTAGENE"], X=X)
+    with pytest.warns(UserWarning, match=r"count_fraction=0\.100"):
+        bj.pp.map_vocab(a, copy=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning):
+            bj.pp.map_vocab(a)
+    assert "biomjepa_token" not in a.var and "biomjepa" not in a.uns
+
+
+def test_copy_returns_new_object():
+    a = make(HUMAN)
+    b = bj.pp.map_vocab(a, copy=True)
+    assert b is not a and "biomjepa_token" in b.var
+    assert "biomjepa_token" not in a.var and "biomjepa" not in a.uns
+
+
+def test_empty_errors():
+    with pytest.raises(ValueError, match="empty"):
+        bj.pp.map_vocab(make(HUMAN, X=np.zeros((0, len(HUMAN)), dtype=np.float32)))
+    with pytest.raises(ValueError, match="empty"):
+        bj.pp.map_vocab(ad.AnnData(np.zeros((3, 0), dtype=np.float32)))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "dense"])
+def test_formats_and_layer(fmt):
+    X = np.random.default_rng(1).poisson(2.0, size=(20, 9)).astype(np.float32)
+    a = make([*HUMAN, "NOTAGENE"], X=X, fmt=fmt)
+    a.layers["counts"] = a.X.copy()
+    bj.pp.map_vocab(a, layer="counts")
+    assert report(a)["count_fraction"] == pytest.approx(X[:, :8].sum() / X.sum())
+    with pytest.raises(KeyError, match="Layer"):
+        bj.pp.map_vocab(a, layer="nope")
+
+
+def test_uns_writes_to_h5ad(tmp_path):
+    a = make(["TP53", "ENSG00000141510", *HUMAN[1:], "NOTAGENE"])
+    bj.pp.map_vocab(a)
+    a.write_h5ad(tmp_path / "a.h5ad")
+    back = ad.read_h5ad(tmp_path / "a.h5ad")
+    assert back.uns["biomjepa"]["vocab"]["n_duplicate_tokens"] == 1
+    assert back.var["biomjepa_token"].tolist() == a.var["biomjepa_token"].tolist()
+
+
+@pytest.mark.parametrize("fmt", ["csr", "dense"])
+def test_backed(tmp_path, monkeypatch, fmt):
+    X = np.random.default_rng(2).poisson(2.0, size=(50, 9)).astype(np.float32)
+    make([*HUMAN, "NOTAGENE"], X=X, fmt=fmt).write_h5ad(tmp_path / "a.h5ad")
+    a = ad.read_h5ad(tmp_path / "a.h5ad", backed="r")
+    monkeypatch.setattr(_vocab, "ROW_CHUNK", 7)  # several chunks
+    bj.pp.map_vocab(a)
+    assert a.isbacked
+    assert a.var["biomjepa_token"].tolist() == [*idx(*HUMAN), -1]
+    assert report(a)["count_fraction"] == pytest.approx(X[:, :8].sum() / X.sum())
+    with pytest.raises(ValueError, match="backed"):
+        bj.pp.map_vocab(a, copy=True)
+
+
+def test_mudata():
+    md = pytest.importorskip("mudata")
+    m = md.MuData({"rna": make(HUMAN), "prot": make(["CD3", "CD4"])})
+    bj.pp.map_vocab(m)
+    assert m.mod["rna"].var["biomjepa_token"].tolist() == idx(*HUMAN)
+    with pytest.raises(KeyError, match="modality"):
+        bj.pp.map_vocab(m, mod="atac")
+
+
+def test_column_sums_match_scipy_for_csr_and_csc():
+    rng = np.random.default_rng(0)
+    X = sparse.random(200, 500, density=0.05, random_state=0, format="csr", dtype=np.float32)
+    for M in (X, X.tocsc()):
+        np.testing.assert_allclose(_vocab.column_sums(M), np.asarray(X.sum(axis=0)).ravel(), rtol=1e-5)
+    del rng
+
+
+# --- real data (../shared/data) ---------------------------------------------------------------
+
+
+@pytest.mark.shared
+def test_baron_human(shared_data):
+    a = ad.read_h5ad(shared_data / "scrna" / "baron2016_pancreas_2142cells_raw.h5ad")
+    bj.pp.map_vocab(a)
+    r = report(a)
+    assert r["methods"]["official"] == 17631
+    assert r["n_matched"] >= 17631 and r["vocab_coverage"] > 0.9 and r["count_fraction"] > 0.95
+
+
+@pytest.mark.shared
+def test_kang_ensembl(shared_data):
+    a = ad.read_h5ad(shared_data / "scrna" / "kang2018_pbmc_8684cells_raw.h5ad")
+    bj.pp.map_vocab(a)
+    r = report(a)
+    assert r["id_type"] == "ensembl" and r["n_matched"] > 0.95 * 2511 and r["count_fraction"] > 0.9
+
+
+@pytest.mark.shared
+def test_baron_mouse(shared_data):
+    a = ad.read_h5ad(shared_data / "scrna" / "baron2016_mouse_pancreas_1886cells_raw.h5ad")
+    with pytest.raises(ValueError, match='species="mouse"'):
+        bj.pp.map_vocab(a)
+    assert "biomjepa_token" not in a.var
+    bj.pp.map_vocab(a, species="mouse")
+    r = report(a)
+    assert r["n_matched"] > 0.75 * a.n_vars and r["methods"]["ortholog"] == r["n_matched"]

@@ -1,0 +1,23 @@
+"""``import biomjepa`` stays light: no torch, scanpy, matplotlib or fla at import time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_import_is_light():
+    code = (
+        "import sys, biomjepa as bj; "
+        "assert bj.pp and bj.tl and bj.pl and bj.settings; "
+        "heavy = [m for m in ('torch', 'scanpy', 'matplotlib', 'fla', 'muon', 'pynndescent') if m in sys.modules]; "
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"heavy modules imported: {out.stdout}"
+
+
+def test_lazy_submodules():
+    code = "import sys, biomjepa as bj; bj.train; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -1,0 +1,124 @@
+"""``bj.tl.ablate_programme``: exact displacement/excess, matched nulls, determinism, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from biomjepa.data.vocab import Vocab
+from biomjepa.tl._ablate import ablate_programme, displacement, excess, matched_test
+from biomjepa.tl._null import expression_bins, matched_random_set, quantile_bins
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def mapped(counts_adata):
+    counts_adata.var["biomjepa_token"] = Vocab.default().index_of(counts_adata.var_names)
+    return counts_adata
+
+
+def test_displacement_and_excess_exact():
+    z = np.array([[0.0, 0.0], [1.0, 1.0]])
+    za = np.array([[3.0, 4.0], [1.0, 1.0]])
+    d = displacement(z, za)
+    np.testing.assert_allclose(d, [5.0, 0.0])
+    d_null = np.array([[1.0, 2.0], [3.0, 0.0]])  # [n_random, n]
+    np.testing.assert_allclose(excess(d, d_null), [3.0, -1.0])
+
+
+def test_quantile_bins_and_matching_stays_in_bin():
+    rng = np.random.default_rng(0)
+    mean, det = rng.gamma(1.0, size=500), rng.uniform(size=500)
+    bins = expression_bins(mean, det, n_bins=5)
+    assert bins.min() == 0 and bins.max() == 4
+    assert np.bincount(quantile_bins(np.arange(100), 4)).tolist() == [25, 25, 25, 25]
+    genes = np.arange(1000, 1500)
+    prog = genes[rng.choice(500, 12, replace=False)]
+    m = matched_random_set(prog, genes, bins, np.random.default_rng(1))
+    assert len(set(m.genes)) == 12 and not set(m.genes) & set(prog) and m.widened == []
+    pos = {g: i for i, g in enumerate(genes)}
+    for a, b in zip(prog, m.genes):
+        assert (bins[pos[a]] == bins[pos[b]]).all()
+    again = matched_random_set(prog, genes, bins, np.random.default_rng(1))
+    assert (again.genes == m.genes).all()
+
+
+def test_matching_widens_when_bin_exhausted():
+    genes = np.arange(6)
+    bins = np.array([[0, 0], [0, 0], [1, 1], [1, 1], [3, 3], [3, 3]])
+    m = matched_random_set(np.array([0, 1]), genes, bins, np.random.default_rng(0))
+    assert set(m.genes) == {2, 3} and sorted(r for *_, r in m.widened) == [1, 1]
+
+
+def test_matched_test_table():
+    rows = []
+    for prog, grp in [("p1", "a"), ("p2", "b"), ("p3", "c")]:
+        for g in "abc":
+            rows += [(prog, g, 2.0 if g == grp else 0.5)] * 2
+    table = pd.DataFrame(rows, columns=["programme", "group", "excess"])
+    res, test = matched_test(table, {"p1": "a", "p2": "b", "p3": "c"})
+    assert res["matched_excess"].tolist() == [2.0] * 3 and res["other_excess"].tolist() == [0.5] * 3
+    assert test["n"] == 3 and test["statistic"] == 0.0 and test["pvalue"] == pytest.approx(0.25)
+
+
+def _programmes(adata):
+    X = adata.X.toarray()
+    order = np.argsort(-(X > 0).mean(0)[:300])
+    names = adata.var_names[:300][order]
+    return {"p1": list(names[:5]), "p2": list(names[5:10]), "p3": list(names[10:15])}
+
+
+def test_ablate_contract_and_reproducible(mapped, tiny_checkpoint):
+    progs = _programmes(mapped)
+    kw = dict(groupby="group", n_cells=6, checkpoint=tiny_checkpoint, random_state=3, n_bins=4)
+    out = ablate_programme(mapped, progs, matched={"p1": "a", "p2": "b", "p3": "c"}, copy=True, **kw)
+    assert "ablation" not in mapped.uns
+    r = out.uns["ablation"]
+    assert len(r["cells"]) == 3 * 3 * 6 and np.isfinite(r["cells"]["excess"]).all()
+    assert (r["cells"]["displacement"] > 0).all()
+    assert set(r["groups"].columns) >= {"programme", "group", "n_cells", "excess"}
+    assert r["test"]["n"] == 3 and np.isfinite(r["test"]["pvalue"])
+    nulls = r["null_sets"]
+    assert len(nulls) == 15 and (nulls["widened"] > 0).sum() < 15
+    same = nulls["widened"] == 0
+    assert (nulls.loc[same, "programme_mean_bin"] == nulls.loc[same, "random_mean_bin"]).all()
+    assert (nulls.loc[same, "programme_detection_bin"] == nulls.loc[same, "random_detection_bin"]).all()
+    assert not set(nulls["random_gene"]) & {g for v in progs.values() for g in v}
+    again = ablate_programme(mapped, progs, matched={"p1": "a", "p2": "b", "p3": "c"}, copy=True, **kw)
+    pd.testing.assert_frame_equal(again.uns["ablation"]["cells"], r["cells"])
+
+
+def test_single_programme_obs_column(mapped, tiny_checkpoint):
+    prog = _programmes(mapped)["p1"]
+    with pytest.warns(UserWarning, match="left out"):
+        ablate_programme(mapped, [*prog, "NOTAGENE0", "NOT_IN_VOCAB"], groupby="group", n_cells=4,
+                         checkpoint=tiny_checkpoint, n_random=2)
+    col = mapped.obs["ablation_excess"]
+    assert col.notna().sum() == 12 and col.isna().sum() == 48
+    assert mapped.uns["ablation"]["params"]["left_out"]["programme"] == ["NOTAGENE0", "NOT_IN_VOCAB"]
+
+
+def test_ablate_bad_input_leaves_adata_unchanged(mapped, tiny_checkpoint):
+    kw = dict(groupby="group", checkpoint=tiny_checkpoint)
+    with pytest.raises(ValueError, match="no gene"), pytest.warns(UserWarning, match="left out"):
+        ablate_programme(mapped, ["NOTAGENE1", "FOO"], **kw)
+    with pytest.raises(KeyError, match="unknown programmes"):
+        ablate_programme(mapped, {"p": [mapped.var_names[0]]}, matched={"q": "a"}, **kw)
+    with pytest.raises(KeyError, match=r"not in adata\.obs"):
+        ablate_programme(mapped, {"p": [mapped.var_names[0]]}, matched={"p": "zzz"}, **kw)
+    mapped.obs["group"] = ["lonely"] + ["a"] * 59
+    with pytest.raises(ValueError, match="at least 2"):
+        ablate_programme(mapped, {"p": [mapped.var_names[0]]}, matched={"p": "lonely"}, **kw)
+    with pytest.raises(NotImplementedError, match="graph"):
+        ablate_programme(mapped, ("bfs", "INS", 50), **kw)
+    assert "ablation" not in mapped.uns and "ablation_excess" not in mapped.obs

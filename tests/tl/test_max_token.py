@@ -1,0 +1,82 @@
+"""``bj.tl.max_token``: exact winners from known token states, contract, determinism, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from biomjepa.data.vocab import Vocab
+from biomjepa.tl._max_token import max_token, max_token_shares, winner_fraction
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def mapped(counts_adata):
+    counts_adata.var["biomjepa_token"] = Vocab.default().index_of(counts_adata.var_names)
+    return counts_adata
+
+
+def test_shares_and_winner_exact():
+    # cell 0: tokens [tech, tech, g10, g20, g30]; D = 4
+    hidden = torch.tensor([[
+        [9.0, 9.0, 9.0, 9.0],  # technical: excluded even though largest
+        [9.0, 9.0, 9.0, 9.0],
+        [1.0, 5.0, 0.0, 0.0],  # g10 wins feature 1
+        [2.0, 0.0, 3.0, 0.0],  # g20 wins features 0 and 2
+        [0.0, 0.0, 0.0, 7.0],  # g30 wins feature 3
+    ]])
+    mask = torch.tensor([[False, False, True, True, True]])
+    ids = torch.tensor([[100, 101, 10, 20, 30]])
+    u, winner, share = max_token_shares(hidden, mask, ids)
+    assert u.tolist() == [[0.0, 0.0, 0.25, 0.5, 0.25]]
+    assert winner.tolist() == [20] and share.tolist() == [0.5]
+
+
+def test_tie_goes_to_lowest_vocab_index_and_padding_ignored():
+    hidden = torch.tensor([
+        [[0.0, 0.0], [0.0, 0.0], [0.0, 3.0], [3.0, 0.0], [0.0, 0.0]],
+        [[0.0, 0.0], [0.0, 0.0], [5.0, 1.0], [0.0, 0.0], [99.0, 99.0]],
+    ])
+    mask = torch.tensor([[False, False, True, True, False], [False, False, True, False, False]])
+    # positions not ascending in vocab: tie between ids 50 and 7 → 7
+    ids = torch.tensor([[100, 101, 50, 7, 0], [100, 101, 3, 0, 0]])
+    _, winner, share = max_token_shares(hidden, mask, ids)
+    assert winner.tolist() == [7, 3] and share.tolist() == [0.5, 1.0]
+
+
+def test_winner_fraction_rows_sum_to_one():
+    A = winner_fraction(np.array(["INS", "INS", "GCG", "INS"]), np.array(["b", "b", "a", "a"]))
+    assert A.loc["b", "INS"] == 1.0 and A.loc["a", "GCG"] == 0.5
+    np.testing.assert_allclose(A.sum(axis=1), 1.0)
+
+
+def test_max_token_contract(mapped, tiny_checkpoint):
+    before = mapped.obs.copy()
+    out = max_token(mapped, groupby="group", checkpoint=tiny_checkpoint, copy=True)
+    assert mapped.obs.equals(before) and "max_token" not in mapped.uns
+    genes = out.obs["max_token_gene"]
+    assert set(genes) <= set(mapped.var_names)
+    assert ((out.obs["max_token_share"] > 0) & (out.obs["max_token_share"] <= 1)).all()
+    A = out.uns["max_token"]["winner_fraction"]
+    assert list(A.index) == ["a", "b", "c"]
+    np.testing.assert_allclose(A.sum(axis=1), 1.0)
+    assert out.uns["max_token"]["params"]["groupby"] == "group"
+    again = max_token(mapped, groupby="group", checkpoint=tiny_checkpoint, batch_size=7, copy=True)
+    assert (again.obs["max_token_gene"] == genes).all()
+
+
+def test_max_token_bad_input(mapped, tiny_checkpoint):
+    with pytest.raises(KeyError, match="groupby"):
+        max_token(mapped, groupby="nope", checkpoint=tiny_checkpoint)
+    del mapped.var["biomjepa_token"]
+    with pytest.raises(KeyError, match="map_vocab"):
+        max_token(mapped, checkpoint=tiny_checkpoint)
+    assert "max_token_gene" not in mapped.obs
