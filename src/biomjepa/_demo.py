@@ -42,7 +42,7 @@ def run_demo(out: str | Path, *, checkpoint=None, batch_size=None, device="auto"
         checkpoint = str(untrained_checkpoint())
         message = (
             "NO pretrained checkpoint is bundled in this version: embedded with an UNTRAINED, seed-0 "
-            "`mini` encoder (the pipeline runs end to end; the embedding carries no learned biology)"
+            "`mini` encoder (d=128, 4 layers; the pipeline runs end to end; the embedding carries no learned biology)"
         )
     adata = bj.datasets.pancreas()
     bj.pp.map_vocab(adata)

@@ -19,6 +19,9 @@ class Settings:
         ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
     batch_size
         Default number of cells per forward pass in :func:`biomjepa.tl.embed`.
+    max_batch_tokens
+        A batch is also cut when cells × longest cell would exceed this many tokens, which bounds
+        activation memory for long cells (results do not depend on it).
     cachedir
         Where downloaded checkpoints are stored (``$BIOMJEPA_CACHE`` or ``~/.cache/biomjepa``).
     checkpoint
@@ -30,6 +33,7 @@ class Settings:
     def __init__(self) -> None:
         self.device: str = "auto"
         self.batch_size: int = 64
+        self.max_batch_tokens: int = 32_768
         self._cachedir = Path(os.environ.get("BIOMJEPA_CACHE", Path.home() / ".cache" / "biomjepa"))
         self.checkpoint: str = "biomjepa-mini"
         self._verbosity: int = 1
@@ -61,7 +65,7 @@ class Settings:
     def __repr__(self) -> str:
         return (
             f"biomjepa settings: device={self.device!r}, batch_size={self.batch_size}, "
-            f"cachedir={str(self.cachedir)!r}, checkpoint={self.checkpoint!r}, verbosity={self.verbosity}"
+            f"max_batch_tokens={self.max_batch_tokens}, cachedir={str(self.cachedir)!r}, checkpoint={self.checkpoint!r}, verbosity={self.verbosity}"
         )
 
 

@@ -34,6 +34,12 @@ def test_batch_size_and_order_invariance(mapped, tiny_checkpoint):
     for bs in (1, 7, 64):
         a = bj.tl.embed(mapped, checkpoint=tiny_checkpoint, batch_size=bs, copy=True)
         outs.append(a.obsm["X_biomjepa"])
+    old = bj.settings.max_batch_tokens
+    bj.settings.max_batch_tokens = 200  # forces tiny batches on long cells
+    try:
+        outs.append(bj.tl.embed(mapped, checkpoint=tiny_checkpoint, batch_size=64, copy=True).obsm["X_biomjepa"])
+    finally:
+        bj.settings.max_batch_tokens = old
     perm = np.random.default_rng(1).permutation(mapped.n_obs)
     shuffled = bj.tl.embed(mapped[perm].copy(), checkpoint=tiny_checkpoint, batch_size=7, copy=True)
     outs.append(shuffled.obsm["X_biomjepa"][np.argsort(perm)])

@@ -10,8 +10,8 @@ _PRESETS: dict[str, dict] = {
     # The paper's encoder: 12 layers, d = 768, 12 heads (d_h = 64), FFN 3072.
     "base": dict(d_model=768, n_layers=12, n_heads=12, d_ff=3072),
     # CPU-sized models.
-    "small": dict(d_model=384, n_layers=6, n_heads=6, d_ff=1536),
-    "mini": dict(d_model=256, n_layers=4, n_heads=4, d_ff=1024),
+    "small": dict(d_model=256, n_layers=4, n_heads=4, d_ff=1024),
+    "mini": dict(d_model=128, n_layers=4, n_heads=4, d_ff=512),
     # Unit tests.
     "tiny": dict(d_model=32, n_layers=2, n_heads=2, d_ff=64, n_value_bins=16),
 }

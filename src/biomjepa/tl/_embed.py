@@ -123,7 +123,7 @@ def _embed_adata(model, adata, *, layer, batch_size, device) -> tuple[np.ndarray
             cells = tokenize(counts, totals)
         except ValueError as err:
             raise ValueError(f"Cells {sl.start}..{sl.stop - 1}: {err}") from None
-        Z[sl] = embed_cells(model, cells, batch_size=batch_size, device=device)
+        Z[sl] = embed_cells(model, cells, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens)
         n_genes[sl] = cells.lengths
         bar.update(sl.stop - sl.start)
     bar.close()
