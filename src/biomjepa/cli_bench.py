@@ -1,0 +1,79 @@
+"""``biomjepa bench data.h5ad --label-key … --use-rep … --out DIR``: score embeddings, write CSV + PNG."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+TASKS = ("annotation", "clustering", "reconstruction", "perturbation", "geometry")
+
+
+def add_bench_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``bench`` subcommand on an ``argparse`` subparsers object.
+
+    Parameters
+    ----------
+    subparsers
+        The object returned by ``ArgumentParser.add_subparsers``.
+
+    Returns
+    -------
+    The ``bench`` parser (its ``func`` default is :func:`run_bench`).
+    """
+    b = subparsers.add_parser("bench", help="CellBench-style scores of obsm embeddings (CSV + PNG)")
+    b.add_argument("input", help="input .h5ad with embeddings in obsm")
+    b.add_argument("--label-key", default=None, help="obs column with cell-type labels")
+    b.add_argument("--use-rep", action="append", default=None, help="obsm key to score (repeatable; default X_biomjepa)")
+    b.add_argument("--baselines", nargs="*", default=[], choices=["pca", "umap"], help="baselines to compute and score")
+    b.add_argument("--tasks", default="annotation,clustering,geometry", help=f"comma-separated subset of {','.join(TASKS)}")
+    b.add_argument("--layer", default=None, help="layer with raw counts (default: X)")
+    b.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44, 45, 46], help="seeds (default 42..46)")
+    b.add_argument("--perturbation-key", default="perturbation", help="obs column of perturbation labels")
+    b.add_argument("--out", default="bench_out", help="output directory (default: bench_out)")
+    b.set_defaults(func=run_bench)
+    return b
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Path]:
+    """Run the ``bench`` subcommand: read the file, score, write ``bench.csv``, ``bench_summary.csv``, ``bench.png``.
+
+    Parameters
+    ----------
+    args
+        Parsed arguments of the ``bench`` parser.
+
+    Returns
+    -------
+    ``{"csv", "summary", "png"}`` paths written.
+    """
+    import anndata as ad
+    import matplotlib as mpl
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .bench import run, summarize
+    from .pl._bench import bench as plot_bench
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    adata = ad.read_h5ad(args.input)
+    reps = args.use_rep or ([] if args.baselines else ["X_biomjepa"])
+    kw = {"perturbation": {"perturbation_key": args.perturbation_key}}
+    df = run(adata, label_key=args.label_key, tasks=tasks, use_reps=reps, baselines=args.baselines or None,
+             layer=args.layer, seeds=args.seeds, task_kwargs=kw)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"csv": out / "bench.csv", "summary": out / "bench_summary.csv", "png": out / "bench.png"}
+    df.to_csv(paths["csv"], index=False)
+    summary = summarize(df)
+    summary.to_csv(paths["summary"], index=False)
+    done = list(dict.fromkeys(df["task"]))
+    fig, axes = plt.subplots(1, len(done), figsize=(3.8 * len(done), 3.4), squeeze=False)
+    for ax, t in zip(axes[0], done):
+        plot_bench(df, task=t, ax=ax)
+    fig.tight_layout()
+    fig.savefig(paths["png"], dpi=150)
+    plt.close(fig)
+    print(summary.to_string(index=False))
+    print(f"wrote {paths['csv']}, {paths['summary']} and {paths['png']}")
+    return paths

@@ -1,0 +1,1 @@
+"""Bundled pretraining presets (``tiny``, ``mini``, ``base``) as YAML package data."""

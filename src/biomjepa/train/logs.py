@@ -1,0 +1,54 @@
+"""Per-step logging: CSV (always), TensorBoard (if installed and enabled), tqdm progress."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+
+class StepLogger:
+    """Appends one CSV row per step to ``run_dir/log.csv`` (rank 0 only)."""
+
+    def __init__(self, run_dir: Path, fields: list[str], cfg, *, enabled: bool = True, start: int = 0) -> None:
+        self.enabled, self.fields = enabled, fields
+        self.bar = self.tb = self.file = None
+        if not enabled:
+            return
+        path = Path(run_dir) / "log.csv"
+        new = not path.is_file() or start == 0
+        self.file = open(path, "w" if new else "a", newline="")  # noqa: SIM115 (closed in close())
+        self.writer = csv.DictWriter(self.file, fieldnames=fields, extrasaction="ignore")
+        if new:
+            self.writer.writeheader()
+        if cfg.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+            except Exception:  # tensorboard not installed
+                self.tb = None
+        if cfg.progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=cfg.steps, initial=start, desc="pretrain", dynamic_ncols=True)
+        self.every = max(1, cfg.log_every)
+
+    def write(self, row: dict) -> None:
+        if not self.enabled:
+            return
+        if row["step"] % self.every == 0:
+            self.writer.writerow({k: row.get(k, "") for k in self.fields})
+            self.file.flush()
+        if self.tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, float) and math.isfinite(v):
+                    self.tb.add_scalar(f"train/{k}", v, row["step"])
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{row.get('loss', float('nan')):.4g}", rank=f"{row['effective_rank']:.1f}")
+
+    def close(self) -> None:
+        for h in (self.bar, self.tb, self.file):
+            if h is not None:
+                h.close()

@@ -1,0 +1,277 @@
+"""The pretraining loop (Algorithm S1): sample blocks → teacher/student/predictor → loss → AdamW → EMA.
+
+Per optimizer step ``s``: ``accumulation`` micro-batches (block sampling seeded by
+``block_rng(seed, s, rank, micro)``), gradients averaged over micro-batches and ranks (DDP),
+clipped to ``grad_clip``, AdamW with ``lr_at(s)``, then the teacher EMA with ``momentum_at(s)``
+and the EMA centre with the step's (all-reduced) mean teacher block state.
+
+Documented choices: AdamW weight decay applies to matrices only (not biases, LayerNorms, the mask
+vector); bf16 autocast on CUDA only (float32 on CPU, which keeps resume bit-exact); a NaN/Inf loss
+or gradient norm on any rank *skips* the step on all ranks (no update, no EMA; counted in
+``bad_steps``) and the run stops with :class:`FloatingPointError` after ``max_bad_steps``
+consecutive bad steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .blocks import block_rng, sample_blocks
+from .checkpoint import latest_state, load_state, rng_state, save_state, set_rng_state
+from .config import TrainConfig, load_config
+from .distributed import DistInfo, all_reduce_, all_reduce_mean, barrier, cleanup, init_distributed, wrap_ddp
+from .ema import ema_update, make_teacher, update_centre
+from .inputs import build_inputs
+from .jepa import JEPA
+from .objectives import compute_objective, effective_rank
+from .schedules import lr_at, momentum_at
+from .shards import Corpus, ShardStream, prepare_corpus
+
+logger = logging.getLogger(__name__)
+LOG_FIELDS = [
+    "step", "loss", "align", "cosine", "var", "cov", "recon", "lr", "momentum", "coverage", "fallback",
+    "dmt_fallback", "effective_rank", "grad_norm", "bad_steps", "cells_per_s", "tokens_per_s",
+]
+
+
+def pretrain(config: TrainConfig | dict | str | Path, overrides: list[str] | None = None) -> Path:
+    """Pretrain BioM-JEPA; resumes from the run directory's latest checkpoint. Returns the run directory.
+
+    ``config`` is a :class:`TrainConfig`, a dict, a preset name (``tiny``/``mini``/``base``) or a
+    YAML path; ``overrides`` are ``key=value`` strings. Under ``torchrun`` every rank calls this.
+    """
+    cfg = load_config(config, overrides)
+    info = init_distributed(cfg.device)
+    try:
+        return Trainer(cfg, info).run()
+    finally:
+        cleanup(info)
+
+
+def run_dir_of(cfg: TrainConfig) -> Path:
+    return Path(cfg.out_dir) / (cfg.run_name or f"{cfg.objective}-{cfg.model}")
+
+
+def open_corpus(cfg: TrainConfig, run_dir: Path, info: DistInfo) -> Corpus:
+    """Prepare (rank 0) and open the shard cache named by ``cfg.corpus``/``cfg.cache_dir``."""
+    if cfg.corpus is None:
+        raise ValueError("TrainConfig.corpus is not set: give h5ad/npz files, a glob, or a prepared cache.")
+    if isinstance(cfg.corpus, str) and (Path(cfg.corpus) / "manifest.json").is_file():
+        return Corpus(cfg.corpus)
+    cache = Path(cfg.cache_dir) if cfg.cache_dir else run_dir / "corpus"
+    if info.is_main:
+        prepare_corpus(cfg.corpus, cache, vocab_size=cfg.model_config().vocab_size)
+    barrier(info)
+    return Corpus(cache)
+
+
+def open_graph(cfg: TrainConfig, corpus: Corpus, info: DistInfo):
+    """The gene graph: ``cfg.graph`` if given, else STRING (bundled) ∪ corpus coexpression, cached."""
+    from .graph import GeneGraph, build_graph, coexpression_adjacency, string_adjacency
+
+    if cfg.objective == "random_block":
+        return None
+    path = Path(cfg.graph) if cfg.graph else corpus.root / "graph"
+    if info.is_main and not (path / "graph.npz").is_file():
+        V = cfg.model_config().vocab_size
+        coexp = coexpression_adjacency(corpus.iter_counts(), V, top_k=cfg.dmt_k, seed=cfg.seed)
+        graph = build_graph(string_adjacency(), coexp, top_k=64, meta={"corpus": corpus.meta["key"]})
+        graph.save(path)
+    barrier(info)
+    return GeneGraph.load(path)
+
+
+def state_hash(module: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for k, v in sorted(module.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+class Trainer:
+    """Holds the run's objects; :meth:`run` trains from ``self.step`` to ``cfg.steps``."""
+
+    def __init__(self, cfg: TrainConfig, info: DistInfo) -> None:
+        self.cfg, self.info = cfg, info
+        self.run_dir = run_dir_of(cfg)
+        if info.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            cfg.to_yaml(self.run_dir / "config.yaml")
+        barrier(info)
+        self.corpus = open_corpus(cfg, self.run_dir, info)
+        self.graph = open_graph(cfg, self.corpus, info)
+        torch.manual_seed(cfg.seed)  # identical initialisation on every rank
+        self.model = JEPA.from_train_config(cfg).to(info.device)
+        self.teacher = make_teacher(self.model.student)
+        self.centre = torch.zeros(self.model.config.d_model, device=info.device)
+        self.optimizer = self._optimizer()
+        self.step, self.bad_steps, self.consecutive_bad = 0, 0, 0
+        torch.manual_seed(cfg.seed * 1000 + 1 + info.rank)  # per-rank dropout stream
+        path = latest_state(self.run_dir)
+        if path is not None:
+            self._restore(load_state(path, map_location=info.device))
+        self.ddp = wrap_ddp(self.model, info)
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        decay = [p for p in self.model.parameters() if p.ndim >= 2]
+        other = [p for p in self.model.parameters() if p.ndim < 2]
+        groups = [{"params": decay, "weight_decay": self.cfg.weight_decay}, {"params": other, "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=self.cfg.lr, betas=(self.cfg.beta1, self.cfg.beta2))
+
+    # ---------------------------------------------------------------- state
+    def state(self) -> dict:
+        return {
+            "step": self.step,
+            "consumed": self.step * self.cfg.accumulation,
+            "model": self.model.state_dict(),
+            "teacher": self.teacher.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "centre": self.centre.detach().cpu(),
+            "bad_steps": self.bad_steps,
+            "rng": rng_state(),
+            "config": self.cfg.to_dict(),
+            "model_config": self.model.config.to_dict(),
+            "corpus": {"key": self.corpus.meta["key"], "shards": [s["source"] for s in self.corpus.meta["shards"]]},
+        }
+
+    def _restore(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.teacher.load_state_dict(state["teacher"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.centre.copy_(state["centre"])
+        self.step, self.bad_steps = int(state["step"]), int(state["bad_steps"])
+        set_rng_state(state["rng"])
+        logger.info("resumed from step %d", self.step)
+
+    def save(self) -> None:
+        if self.info.is_main:
+            save_state(self.run_dir, self.state(), keep=self.cfg.keep_checkpoints)
+        barrier(self.info)
+
+    # ---------------------------------------------------------------- loop
+    def batches(self):
+        cfg, info = self.cfg, self.info
+        stream = ShardStream(self.corpus, batch_size=cfg.batch_size, seed=cfg.seed, rank=info.rank,
+                             world=info.world, start=self.step * cfg.accumulation, sort_pool=cfg.sort_pool)
+        # own generator: creating the iterator must not consume the global (dropout) RNG stream
+        gen = torch.Generator().manual_seed(cfg.seed)
+        loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=cfg.num_workers, generator=gen)
+        return iter(loader)
+
+    def run(self) -> Path:
+        from .logs import StepLogger
+
+        cfg = self.cfg
+        log = StepLogger(self.run_dir, LOG_FIELDS, cfg, enabled=self.info.is_main, start=self.step)
+        data = self.batches()
+        try:
+            end = min(cfg.steps, cfg.stop_at or cfg.steps)
+            while self.step < end:
+                row = self.train_step(data)
+                log.write(row)
+                self.step += 1
+                if self.step % cfg.checkpoint_every == 0 or self.step == end:
+                    self.save()
+        finally:
+            log.close()
+        (self.run_dir / f"weights_rank{self.info.rank}.sha256").write_text(state_hash(self.model) + "\n")
+        return self.run_dir
+
+    def _micro(self, batch, micro: int):
+        cfg, info = self.cfg, self.info
+        rng = block_rng(cfg.seed, self.step, info.rank, micro)
+        sample = sample_blocks(batch.cells.indptr, batch.cells.genes, self.graph, cfg.block_config(), rng,
+                               vocab_size=self.model.config.vocab_size)
+        inputs = build_inputs(batch.cells, sample, self.model.config.vocab_size, objective=cfg.objective,
+                              token_cap=cfg.token_cap, rng=rng).to(info.device)
+        if cfg.log_cell_ids:
+            with open(self.run_dir / f"cell_ids_rank{info.rank}.txt", "a") as f:
+                np.savetxt(f, np.c_[np.full(len(batch.ids), self.step), batch.ids], fmt="%d")
+        return inputs
+
+    def train_step(self, data) -> dict:
+        cfg, info = self.cfg, self.info
+        t0 = time.perf_counter()
+        lr = lr_at(self.step, lr=cfg.lr, min_lr=cfg.min_lr, warmup_steps=cfg.warmup_steps, total_steps=cfg.steps)
+        mom = momentum_at(self.step, start=cfg.momentum_start, end=cfg.momentum_end, total_steps=cfg.steps,
+                          kind=cfg.momentum_schedule)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        self.model.train()
+        scal, tsum, nunits, preds, stats = [], 0.0, 0, [], []
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=info.device.type == "cuda" and cfg.bf16)
+        for micro in range(cfg.accumulation):
+            inputs = self._micro(next(data), micro)
+            sync = micro == cfg.accumulation - 1 or not info.enabled
+            ctx = self.ddp.no_sync() if not sync else _null()
+            with ctx, autocast:
+                terms, aux = compute_objective(self.ddp, self.teacher, inputs, self.centre, cfg)
+                (terms.total / cfg.accumulation).backward()
+            scal.append(terms.scalars())
+            stats.append(inputs.stats)
+            preds.append(aux["pred"])
+            if aux["target_sum"] is not None:
+                tsum, nunits = tsum + aux["target_sum"], nunits + aux["n_units"]
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        ok = self._finite(scal, grad_norm)
+        if ok:
+            self.optimizer.step()
+            ema_update(self.teacher, self.model.student, mom)
+            self._update_centre(tsum, nunits)
+        self.optimizer.zero_grad(set_to_none=True)
+        return self._row(scal, stats, preds, lr, mom, float(grad_norm), time.perf_counter() - t0)
+
+    def _finite(self, scal: list[dict], grad_norm: torch.Tensor) -> bool:
+        bad = any(not np.isfinite(s["loss"]) for s in scal) or not bool(torch.isfinite(grad_norm))
+        flag = all_reduce_(torch.tensor([float(bad)], device=self.info.device), self.info, "max")
+        if flag.item() == 0:
+            self.consecutive_bad = 0
+            return True
+        self.bad_steps += 1
+        self.consecutive_bad += 1
+        logger.warning("step %d: non-finite loss or gradient; step skipped (%d in a row)",
+                       self.step, self.consecutive_bad)
+        if self.consecutive_bad >= self.cfg.max_bad_steps:
+            raise FloatingPointError(
+                f"{self.consecutive_bad} consecutive steps with NaN/Inf loss or gradients (last step "
+                f"{self.step}); lower `lr`, check the corpus for non-count data, or raise `max_bad_steps`."
+            )
+        return False
+
+    def _update_centre(self, tsum, nunits: int) -> None:
+        if nunits == 0 and not self.info.enabled:
+            return
+        buf = torch.zeros(self.centre.numel() + 1, device=self.info.device)
+        if nunits:
+            buf[:-1], buf[-1] = tsum, nunits
+        all_reduce_(buf, self.info)
+        if buf[-1] > 0:
+            update_centre(self.centre, buf[:-1] / buf[-1], self.cfg.centre_rate)
+
+    def _row(self, scal, stats, preds, lr, mom, grad_norm, dt) -> dict:
+        keys = set().union(*scal)
+        row = {k: float(np.mean([s.get(k, 0.0) for s in scal])) for k in keys}
+        for k in ("coverage", "fallback", "dmt_fallback"):
+            row[k] = float(np.mean([s[k] for s in stats]))
+        cells = sum(s["cells"] for s in stats)
+        tokens = sum(s["teacher_tokens"] + s["student_tokens"] for s in stats)
+        row.update(effective_rank=effective_rank(torch.cat(preds)), grad_norm=grad_norm,
+                   cells_per_s=cells / dt, tokens_per_s=tokens / dt)
+        row = all_reduce_mean(row, self.info)
+        row.update(step=self.step, lr=lr, momentum=mom, bad_steps=self.bad_steps)
+        return row
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -1,0 +1,118 @@
+"""Objectives: block-level BioM-JEPA loss and its controls, with loss components in :class:`LossTerms`.
+
+``L = λ2·(1/|B|) Σ ‖t̂ − t‖² + λs·(1/|B|) Σ ‖t̂/‖t̂‖ − t/‖t‖‖² + λv·L_var + λc·L_cov`` (paper,
+Supp. "Block aggregation and BioM-JEPA loss") over the valid units ``B`` of the step, with
+``L_var = (1/d) Σ_r max(0, γ − sd(T̂_·r))`` (``sd = sqrt(var + 1e-4)`` as in VICReg, unbiased
+variance) and ``L_cov = (1/d) Σ_{r≠s} Cov(T̂)_rs²``.
+
+* ``block`` / ``random_block``: units = blocks, target = centred mean teacher state over ``T``.
+* ``token``: units = target genes (≤ ``token_cap`` per cell), target = centred teacher state of
+  the gene; same loss with per-token alignment (token-IJEPA).
+* ``decoder``: units = graph blocks; normalized expression of every target gene is predicted from
+  its block state (:meth:`JEPA.decode`); loss = MSE on values. No teacher alignment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .jepa import teacher_targets
+
+VAR_EPS = 1e-4
+
+
+@dataclass
+class LossTerms:
+    """Loss components of one micro-batch; ``total`` carries the gradient, the rest are logged."""
+
+    total: torch.Tensor
+    align: torch.Tensor
+    cosine: torch.Tensor
+    var: torch.Tensor
+    cov: torch.Tensor
+    extra: dict = field(default_factory=dict)
+
+    def scalars(self) -> dict[str, float]:
+        """Every component as a float (``loss``, ``align``, …, plus ``extra``)."""
+        out = {"loss": self.total, "align": self.align, "cosine": self.cosine, "var": self.var, "cov": self.cov}
+        out.update(self.extra)
+        return {k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}
+
+
+def alignment(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean over units of the squared L2 distance, ``[N, D]`` → scalar."""
+    return (pred - target).pow(2).sum(-1).mean()
+
+
+def cosine_term(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean over units of ``‖t̂/‖t̂‖ − t/‖t‖‖²``."""
+    return (F.normalize(pred, dim=-1) - F.normalize(target, dim=-1)).pow(2).sum(-1).mean()
+
+
+def variance_hinge(z: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """``(1/d) Σ_r max(0, γ − sd_r)`` over the ``N`` rows of ``z [N, d]`` (0 when ``N < 2``)."""
+    if z.shape[0] < 2:
+        return z.sum() * 0.0
+    sd = torch.sqrt(z.var(dim=0) + VAR_EPS)
+    return F.relu(gamma - sd).mean()
+
+
+def covariance_penalty(z: torch.Tensor) -> torch.Tensor:
+    """``(1/d) Σ_{r≠s} Cov(z)_rs²`` (unbiased covariance; 0 when ``N < 2``)."""
+    n, d = z.shape
+    if n < 2:
+        return z.sum() * 0.0
+    zc = z - z.mean(0)
+    cov = zc.T @ zc / (n - 1)
+    off = cov - torch.diag(torch.diagonal(cov))
+    return off.pow(2).sum() / d
+
+
+def jepa_loss(pred: torch.Tensor, target: torch.Tensor, cfg) -> LossTerms:
+    """BioM-JEPA loss on valid units: ``pred``, ``target`` ``[N, D]`` (``target`` already centred, no grad)."""
+    pred, target = pred.float(), target.float()
+    align = alignment(pred, target)
+    cos = cosine_term(pred, target)
+    var = variance_hinge(pred, cfg.var_gamma)
+    cov = covariance_penalty(pred)
+    total = cfg.lambda_align * align + cfg.lambda_cos * cos + cfg.lambda_var * var + cfg.lambda_cov * cov
+    return LossTerms(total, align.detach(), cos.detach(), var.detach(), cov.detach())
+
+
+def effective_rank(z: torch.Tensor) -> float:
+    """``exp(H(λ/Σλ))`` of the covariance eigenvalues ``λ`` of ``z [N, D]`` (NaN when ``N < 2``)."""
+    z = z.detach().float()
+    if z.shape[0] < 2:
+        return float("nan")
+    zc = z - z.mean(0)
+    ev = torch.linalg.eigvalsh(zc.T @ zc / (z.shape[0] - 1)).clamp(min=0)
+    p = ev / ev.sum().clamp(min=1e-12)
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
+
+
+def compute_objective(model, teacher, inputs, centre: torch.Tensor, cfg) -> tuple[LossTerms, dict]:
+    """Run ``model`` (a :class:`JEPA`, possibly DDP-wrapped) and ``teacher`` on one micro-batch.
+
+    Returns the :class:`LossTerms` and ``aux``: ``target_sum`` ``[D]`` and ``n_units`` (uncentred
+    teacher unit states, for the EMA centre), ``pred`` (valid predicted states, detached).
+    """
+    pred = model(inputs)  # [n, U, D]
+    n, U, D = pred.shape
+    valid = inputs.valid.reshape(-1)
+    flat_pred = pred.reshape(n * U, D)
+    if cfg.objective == "decoder":
+        core = model.module if hasattr(model, "module") else model
+        vhat = core.decode(pred, inputs.tgt_unit, inputs.tgt_gene).float()
+        mse = F.mse_loss(vhat, inputs.tgt_value) if vhat.numel() else flat_pred.sum() * 0.0
+        zero = mse.detach() * 0.0
+        terms = LossTerms(mse, zero, zero, zero, zero, {"recon": mse.detach()})
+        return terms, {"pred": flat_pred[valid].detach(), "target_sum": None, "n_units": 0}
+    targets, _ = teacher_targets(teacher, inputs, U)
+    t = targets[valid]
+    terms = jepa_loss(flat_pred[valid], t - centre, cfg)
+    aux = {"pred": flat_pred[valid].detach(), "target_sum": t.sum(0), "n_units": int(t.shape[0])}
+    return terms, aux

@@ -1,0 +1,230 @@
+"""Pretraining corpus: h5ad files → a cache of vocabulary-space CSR ``.npz`` shards → batches.
+
+:func:`prepare_corpus` maps every file's genes onto the vocabulary with :func:`biomjepa.pp.map_vocab`
+(the inference mapping), validates raw counts, drops cells with no mapped gene and excluded cells,
+and writes one ``shard_XXXXX.npz`` per file (``data`` counts, ``indices``, ``indptr``, ``totals`` =
+library size over all input genes, ``rows`` = source row) plus ``manifest.json``.
+
+:class:`ShardStream` (a torch ``IterableDataset``) yields :class:`CellBatch` es. The order is a
+pure function of ``(seed, epoch, rank, worker)``: per epoch the shard order is permuted and shards
+are dealt to the ``world × workers`` (rank, worker) units with no overlap (when there are fewer
+shards than units, every shard's rows are dealt instead); each unit's rows are shuffled, cut into
+pools of ``sort_pool × batch_size`` rows, sorted by length inside a pool ("sortish"), batched, and
+the pool's batches shuffled. Streams are endless (epoch after epoch); ``start`` skips the batches
+a resumed run already consumed without reading any data.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from itertools import count
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy import sparse
+
+from ..data.tokenize import TokenizedCells, tokenize
+
+logger = logging.getLogger(__name__)
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class CellBatch:
+    """Cells of one micro-batch and their global ids ``[n, 2]`` = (shard, source row)."""
+
+    cells: TokenizedCells
+    ids: np.ndarray
+
+
+def _specs(corpus) -> list[dict]:
+    """Normalise a corpus description into a list of ``{path, layer, species, gene_key, exclude_obs}``."""
+    items = [corpus] if isinstance(corpus, (str, os.PathLike, dict)) else list(corpus)
+    out = []
+    for it in items:
+        spec = dict(it) if isinstance(it, dict) else {"path": str(it)}
+        unknown = set(spec) - {"path", "layer", "species", "gene_key", "exclude_obs", "max_cells"}
+        if unknown:
+            raise ValueError(f"Unknown corpus spec keys {sorted(unknown)} in {spec}.")
+        paths = sorted(glob.glob(str(spec["path"]))) or [str(spec["path"])]
+        out += [{**spec, "path": p} for p in paths if p.endswith((".h5ad", ".npz"))]
+    if not out:
+        raise ValueError(f"Corpus {corpus!r} names no .h5ad or .npz file.")
+    return out
+
+
+def _excluded(adata, exclude) -> np.ndarray:
+    """Boolean ``[n_obs]``: an obs column name (bool) or a text file of obs names, one per line."""
+    if exclude is None:
+        return np.zeros(adata.n_obs, dtype=bool)
+    if exclude in adata.obs:
+        return adata.obs[exclude].to_numpy().astype(bool)
+    names = set(Path(exclude).read_text().split())
+    return adata.obs_names.isin(list(names))
+
+
+def _convert(spec: dict, out: Path, vocab_size: int) -> dict:
+    """One h5ad → one vocabulary-space CSR shard; returns its manifest entry."""
+    import anndata as ad
+
+    from ..data.anndata_source import iter_rows
+    from ..data.tokenize import check_counts, to_vocab_counts
+    from ..pp import map_vocab
+
+    adata = ad.read_h5ad(spec["path"], backed="r")
+    map_vocab(adata, gene_key=spec.get("gene_key"), species=spec.get("species", "human"))
+    token = adata.var["biomjepa_token"].to_numpy().astype(np.int64)
+    drop = _excluded(adata, spec.get("exclude_obs"))
+    parts, totals, rows = [], [], []
+    for sl, block in iter_rows(adata, spec.get("layer")):
+        check_counts(block, where=f"{spec['path']}:{spec.get('layer') or 'X'}")
+        counts, tot = to_vocab_counts(block, token, vocab_size)
+        keep = (np.diff(counts.indptr) > 0) & ~drop[sl]
+        parts.append(counts[keep].astype(np.float32))
+        totals.append(tot[keep])
+        rows.append(np.arange(sl.start, sl.stop)[keep])
+    adata.file.close()
+    X = sparse.vstack(parts, format="csr")
+    rows = np.concatenate(rows)
+    if spec.get("max_cells"):
+        X, rows, tot = X[: spec["max_cells"]], rows[: spec["max_cells"]], np.concatenate(totals)[: spec["max_cells"]]
+    else:
+        tot = np.concatenate(totals)
+    np.savez(out, data=X.data, indices=X.indices.astype(np.int32), indptr=X.indptr.astype(np.int64),
+             totals=tot, rows=rows)
+    return {"source": spec["path"], "file": out.name, "n_cells": int(X.shape[0]), "dropped_excluded": int(drop.sum()),
+            "median_genes": float(np.median(np.diff(X.indptr))) if X.shape[0] else 0.0,
+            **{k: spec.get(k) for k in ("layer", "species", "gene_key", "exclude_obs")}}
+
+
+def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | None = None) -> Path:
+    """Preprocess ``corpus`` once into ``cache_dir`` (reused when the spec is unchanged).
+
+    ``corpus``: a glob, a path, or a list of paths / dicts ``{path, layer=None, species="human",
+    gene_key=None, exclude_obs=None (bool obs column or file of obs names), max_cells=None}``.
+    Already prepared ``.npz`` shards are copied by reference (listed in the manifest).
+    """
+    from ..data.vocab import Vocab
+
+    vocab = Vocab.default()
+    vocab_size = vocab_size or vocab.size
+    specs = _specs(corpus)
+    key = hashlib.sha256(json.dumps([specs, vocab.hash, vocab_size], sort_keys=True).encode()).hexdigest()[:16]
+    cache = Path(cache_dir)
+    man = cache / MANIFEST
+    if man.is_file() and json.loads(man.read_text()).get("key") == key:
+        return cache
+    cache.mkdir(parents=True, exist_ok=True)
+    shards = []
+    for i, spec in enumerate(specs):
+        if spec["path"].endswith(".npz"):
+            shards.append({"source": spec["path"], "file": str(Path(spec["path"]).resolve())})
+            continue
+        logger.info("prepare_corpus: %s", spec["path"])
+        shards.append(_convert(spec, cache / f"shard_{i:05d}.npz", vocab_size))
+    meta = {"key": key, "vocab_hash": vocab.hash, "vocab_size": vocab_size, "shards": shards}
+    tmp = man.with_suffix(".tmp")
+    tmp.write_text(json.dumps(meta, indent=2))
+    os.replace(tmp, man)
+    return cache
+
+
+class Corpus:
+    """A prepared shard cache: ``len(corpus)`` shards, row lengths, and tokenized row access."""
+
+    def __init__(self, cache_dir: str | os.PathLike) -> None:
+        self.root = Path(cache_dir)
+        meta = json.loads((self.root / MANIFEST).read_text())
+        self.meta = meta
+        self.paths = [self.root / s["file"] for s in meta["shards"]]
+        self.lengths = [np.diff(np.load(p)["indptr"]) for p in self.paths]
+        self._cache: tuple[int, dict] | None = None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @property
+    def n_cells(self) -> int:
+        return int(sum(len(x) for x in self.lengths))
+
+    def load(self, shard: int) -> dict:
+        if self._cache is None or self._cache[0] != shard:
+            with np.load(self.paths[shard]) as z:
+                self._cache = (shard, {k: z[k] for k in z.files})
+        return self._cache[1]
+
+    def cells(self, shard: int, rows: np.ndarray) -> TokenizedCells:
+        """Tokenize rows ``rows`` of shard ``shard`` (values ``log1p(1e4 c / total)``)."""
+        z = self.load(shard)
+        n = len(z["indptr"]) - 1
+        X = sparse.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=(n, int(self.meta["vocab_size"])))
+        return tokenize(X[rows], z["totals"][rows])
+
+    def iter_counts(self, chunk: int = 4096):
+        """``(counts CSR, totals)`` chunks over the whole corpus (for the coexpression graph)."""
+        for s in range(len(self)):
+            z = self.load(s)
+            n = len(z["indptr"]) - 1
+            X = sparse.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=(n, int(self.meta["vocab_size"])))
+            for a in range(0, n, chunk):
+                yield X[a : a + chunk].astype(np.float64), z["totals"][a : a + chunk]
+
+    def unit_rows(self, seed: int, epoch: int, unit: int, n_units: int) -> list[tuple[int, np.ndarray]]:
+        """``(shard, shuffled rows)`` assigned to (rank, worker) unit ``unit`` of ``n_units`` in ``epoch``."""
+        order = np.random.default_rng([seed, epoch, 1]).permutation(len(self))
+        by_shard = len(self) >= n_units
+        mine = order[unit::n_units] if by_shard else order
+        out = []
+        for s in mine:
+            rows = np.random.default_rng([seed, epoch, 2, int(s)]).permutation(len(self.lengths[s]))
+            out.append((int(s), rows if by_shard else rows[unit::n_units]))
+        return out
+
+    def plan(self, seed: int, epoch: int, unit: int, n_units: int, batch_size: int, sort_pool: int):
+        """Sortish batches ``(shard, rows)`` of one unit for one epoch (a pure function of its arguments)."""
+        rng = np.random.default_rng([seed, epoch, 3, unit])
+        for shard, rows in self.unit_rows(seed, epoch, unit, n_units):
+            pool = max(1, sort_pool) * batch_size
+            for a in range(0, len(rows), pool):
+                chunk = rows[a : a + pool]
+                chunk = chunk[np.argsort(-self.lengths[shard][chunk], kind="stable")]
+                batches = [chunk[b : b + batch_size] for b in range(0, len(chunk), batch_size)]
+                for j in rng.permutation(len(batches)):
+                    yield shard, batches[j]
+
+
+class ShardStream(torch.utils.data.IterableDataset):
+    """Endless stream of :class:`CellBatch` for one rank, split over DataLoader workers.
+
+    With ``W`` workers the DataLoader interleaves workers round-robin, so the rank's ``start``-th
+    batch is worker ``start % W``'s ``start // W``-th: each worker skips its own share.
+    """
+
+    def __init__(self, corpus: Corpus, *, batch_size: int, seed: int, rank: int = 0, world: int = 1,
+                 start: int = 0, sort_pool: int = 64) -> None:
+        super().__init__()
+        self.corpus, self.batch_size, self.seed = corpus, batch_size, seed
+        self.rank, self.world, self.start, self.sort_pool = rank, world, start, sort_pool
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        worker, n_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        unit, n_units = self.rank * n_workers + worker, self.world * n_workers
+        skip = (self.start - worker + n_workers - 1) // n_workers
+        for epoch in count():
+            empty = True
+            for shard, rows in self.corpus.plan(self.seed, epoch, unit, n_units, self.batch_size, self.sort_pool):
+                empty = False
+                if skip > 0:
+                    skip -= 1
+                    continue
+                ids = np.stack([np.full(len(rows), shard), self.corpus.load(shard)["rows"][rows]], axis=1)
+                yield CellBatch(self.corpus.cells(shard, rows), ids)
+            if empty:
+                raise ValueError(f"Data unit {unit}/{n_units} received no cells; the corpus is too small.")

@@ -1,0 +1,42 @@
+import pytest
+import yaml
+
+from biomjepa.train import TrainConfig, load_config, preset
+
+
+def test_presets_and_paper_defaults():
+    base = preset("base")
+    assert (base.n_targets, base.min_block, base.max_block, base.min_context) == (4, 2000, 8000, 512)
+    assert (base.lambda_align, base.lambda_cos, base.lambda_var, base.lambda_cov) == (1.0, 0.0, 0.05, 0.01)
+    assert (base.momentum_start, base.momentum_end, base.pred_layers, base.pred_heads) == (0.996, 0.9997, 4, 12)
+    assert base.batch_size * 8 * base.accumulation == 512
+    assert base.model_config().d_model == 768
+    assert preset("mini").model_config().d_model == 128
+    assert preset("tiny").model_config().d_model == 32
+
+
+def test_yaml_rejects_unknown_keys(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({"preset": "tiny", "learning_rate": 1.0}))
+    with pytest.raises(ValueError, match="learning_rate"):
+        TrainConfig.from_yaml(p)
+
+
+def test_overrides_coerce_types(tmp_path):
+    cfg = load_config("tiny", ["lr=3e-4", "steps=7", "bf16=false", "objective=token", "graph=null",
+                               "random_ratio=[0.1, 0.2]", "model_overrides={n_layers: 1}"])
+    assert cfg.lr == 3e-4 and isinstance(cfg.lr, float) and cfg.steps == 7 and cfg.bf16 is False
+    assert cfg.objective == "token" and cfg.graph is None and cfg.random_ratio == (0.1, 0.2)
+    assert cfg.model_config().n_layers == 1
+    with pytest.raises(ValueError, match="Unknown"):
+        load_config("tiny", ["nope=1"])
+    with pytest.raises(ValueError, match="objective"):
+        load_config("tiny", ["objective=pixels"])
+    cfg.to_yaml(tmp_path / "round.yaml")
+    assert TrainConfig.from_yaml(tmp_path / "round.yaml") == cfg
+
+
+def test_block_config_modes():
+    assert preset("base").block_config().mode == "graph"
+    rb = load_config("base", ["objective=random_block"]).block_config()
+    assert rb.mode == "random" and rb.random_ratio == (0.104, 0.415)

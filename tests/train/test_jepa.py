@@ -1,0 +1,85 @@
+import numpy as np
+import pytest
+import torch
+from _kit import make_graph, make_shards
+
+from biomjepa.data.collate import N_TECH
+from biomjepa.train.blocks import block_rng, sample_blocks
+from biomjepa.train.ema import make_teacher
+from biomjepa.train.inputs import build_inputs
+from biomjepa.train.jepa import JEPA, dmt_pool, teacher_targets
+from biomjepa.train.shards import Corpus, prepare_corpus
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    torch.set_num_threads(1)
+    tmp = tmp_path_factory.mktemp("jepa")
+    corpus = Corpus(prepare_corpus(make_shards(tmp / "d", n_shards=1, cells=6), tmp / "c"))
+    from biomjepa.train.blocks import BlockConfig
+    from biomjepa.train.graph import GeneGraph
+
+    graph = GeneGraph.load(make_graph(tmp))
+    cells = corpus.cells(0, np.arange(6))
+    cfg = BlockConfig(min_block=20, max_block=60, min_context=10, dmt_k=16)
+    return cells, sample_blocks(cells.indptr, cells.genes, graph, cfg, block_rng(0, 0)), graph
+
+
+def test_dmt_pool_matches_formula():
+    torch.manual_seed(0)
+    q, h = torch.randn(1, 2, 4), torch.randn(1, 5, 4)
+    mask = torch.tensor([[[True, False, True, True, False], [False] * 5]])
+    out = dmt_pool(q, h, mask, 0.1)
+    cos = torch.nn.functional.cosine_similarity(q[0, 0][None], h[0, [0, 2, 3]])
+    a = torch.softmax(cos / 0.1, 0)
+    torch.testing.assert_close(out[0, 0], (a[:, None] * h[0, [0, 2, 3]]).sum(0))
+    assert torch.equal(out[0, 1], torch.zeros(4))
+
+
+def test_inputs_index_the_right_tokens(setup):
+    cells, sample, _ = setup
+    inp = build_inputs(cells, sample, 19264)
+    n, K = sample.n_cells, sample.n_targets
+    assert inp.pool_mask.shape == (n, K, inp.student.gene_ids.shape[1])
+    # targets point at teacher positions holding the target genes; never in the student's context
+    cell = inp.tgt_unit // K
+    assert torch.equal(inp.teacher.gene_ids[cell, inp.tgt_pos], inp.tgt_gene)
+    for i in range(n):
+        ctx = set(inp.student.gene_ids[i][inp.student.gene_mask[i]].tolist())
+        tg = set(inp.tgt_gene[cell == i].tolist())
+        assert sample.fallback[i] or not (ctx & tg)
+        allowed = inp.student.gene_ids[i][inp.pool_mask[i].any(0)]
+        assert set(allowed.tolist()) <= ctx
+    assert torch.all(inp.student.gene_ids[:, :N_TECH] >= 19264)
+
+
+def test_token_units(setup):
+    cells, sample, _ = setup
+    inp = build_inputs(cells, sample, 19264, objective="token", token_cap=7, rng=np.random.default_rng(0))
+    assert inp.query.shape[1] <= 7 and inp.valid.sum(1).max() <= 7
+    U = inp.query.shape[1]
+    assert torch.equal(inp.query.reshape(-1)[inp.tgt_unit], inp.tgt_gene)
+    assert len(np.unique(inp.tgt_unit.numpy())) == int(inp.valid.sum()) == len(inp.tgt_unit)
+    assert U >= 1
+
+
+def test_forward_teacher_targets_and_grads(setup):
+    cells, sample, _ = setup
+    from biomjepa.nn import ModelConfig
+
+    torch.manual_seed(0)
+    model = JEPA(ModelConfig.preset("tiny"), pred_layers=1, pred_heads=2, pred_dropout=0.0)
+    teacher = make_teacher(model.student)
+    inp = build_inputs(cells, sample, 19264)
+    pred = model(inp)
+    assert pred.shape == (sample.n_cells, sample.n_targets, 32)
+    t, counts = teacher_targets(teacher, inp, sample.n_targets)
+    assert not t.requires_grad
+    np.testing.assert_array_equal(counts.numpy(), sample.target_sizes.reshape(-1))
+    h = teacher(inp.teacher.gene_ids, inp.teacher.values, inp.teacher.mask)
+    i, k = np.argwhere(sample.valid)[0]
+    manual = h[i, N_TECH + torch.as_tensor(sample.targets(i, k))].mean(0)
+    torch.testing.assert_close(t[i * sample.n_targets + k], manual)
+    pred[torch.as_tensor(sample.valid)].pow(2).sum().backward()
+    assert model.predictor.query_embedding.weight.grad is not None
+    assert all(p.grad is None for p in teacher.parameters())

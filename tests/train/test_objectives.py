@@ -1,0 +1,41 @@
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from biomjepa.train.objectives import (
+    alignment,
+    cosine_term,
+    covariance_penalty,
+    effective_rank,
+    jepa_loss,
+    variance_hinge,
+)
+
+
+def test_components_hand_computed():
+    pred = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    tgt = torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 3.0]])
+    assert math.isclose(float(alignment(pred, tgt)), (1 + 1 + 4) / 3)
+    # per-dim sd of pred: dim0 [1,0,1] var 1/3, dim1 [0,2,1] var 1
+    sd0, sd1 = math.sqrt(1 / 3 + 1e-4), math.sqrt(1 + 1e-4)
+    assert math.isclose(float(variance_hinge(pred, 1.0)), (max(0, 1 - sd0) + max(0, 1 - sd1)) / 2, rel_tol=1e-5)
+    # cov(dim0, dim1) = sum((x-2/3)(y-1))/2 = ((1/3)(-1) + (-2/3)(1) + (1/3)(0))/2 = -0.5
+    assert math.isclose(float(covariance_penalty(pred)), 2 * 0.25 / 2, rel_tol=1e-5)
+    c = float(cosine_term(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 2.0]])))
+    assert math.isclose(c, 2.0, rel_tol=1e-6)
+    cfg = SimpleNamespace(lambda_align=1.0, lambda_cos=0.0, lambda_var=0.05, lambda_cov=0.01, var_gamma=1.0)
+    terms = jepa_loss(pred, tgt, cfg)
+    expect = float(alignment(pred, tgt) + 0.05 * variance_hinge(pred) + 0.01 * covariance_penalty(pred))
+    assert math.isclose(float(terms.total), expect, rel_tol=1e-6)
+    assert set(terms.scalars()) >= {"loss", "align", "cosine", "var", "cov"}
+
+
+def test_single_row_and_effective_rank():
+    z = torch.randn(1, 4)
+    assert float(variance_hinge(z)) == 0.0 and float(covariance_penalty(z)) == 0.0
+    iso = torch.eye(4).repeat(10, 1) - 0.25
+    assert effective_rank(iso) == pytest.approx(3.0, rel=1e-4)  # centred one-hot: 3 equal eigenvalues
+    assert effective_rank(torch.randn(2000, 4)) == pytest.approx(4.0, rel=0.05)
+    assert math.isnan(effective_rank(z))

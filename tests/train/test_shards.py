@@ -1,0 +1,74 @@
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+from _kit import make_shards
+from scipy import sparse
+
+import biomjepa as bj
+from biomjepa.data.vocab import Vocab
+from biomjepa.train.shards import Corpus, ShardStream, prepare_corpus
+
+
+def _h5ad(path, n=30, seed=0, ensembl=False):
+    rng = np.random.default_rng(seed)
+    syms = [*Vocab.default().symbols[rng.choice(3000, 120, replace=False)], "NOT_A_GENE"]
+    X = sparse.random(n, len(syms), density=0.4, format="csr", random_state=seed)
+    X.data = np.ceil(X.data * 9)
+    a = ad.AnnData(X=X.astype(np.float32), var=pd.DataFrame(index=syms),
+                   obs=pd.DataFrame({"held_out": np.arange(n) % 5 == 0}, index=[f"c{i}" for i in range(n)]))
+    a.layers["counts"] = a.X.copy()
+    a.X = a.X * 0.5  # X is not counts: the spec names the layer
+    a.write_h5ad(path)
+    return a
+
+
+def test_prepare_maps_like_map_vocab(tmp_path):
+    a = _h5ad(tmp_path / "a.h5ad")
+    (tmp_path / "drop.txt").write_text("c1\nc2\n")
+    specs = [{"path": str(tmp_path / "a.h5ad"), "layer": "counts", "exclude_obs": "held_out"},
+             {"path": str(tmp_path / "a.h5ad"), "layer": "counts", "exclude_obs": str(tmp_path / "drop.txt")}]
+    cache = prepare_corpus(specs, tmp_path / "cache")
+    corpus = Corpus(cache)
+    assert prepare_corpus(specs, tmp_path / "cache") == cache  # cached
+    z = corpus.load(0)
+    assert not np.isin(z["rows"], np.flatnonzero(a.obs["held_out"])).any()
+    assert not np.isin(corpus.load(1)["rows"], [1, 2]).any()
+    ref = a.copy()
+    ref.X = ref.layers["counts"]
+    bj.pp.map_vocab(ref)
+    tok = ref.var["biomjepa_token"].to_numpy()
+    r = int(z["rows"][0])
+    cells = corpus.cells(0, np.array([0]))
+    row = ref.X[r].toarray().ravel()
+    expect = np.sort(tok[(row > 0) & (tok >= 0)])
+    np.testing.assert_array_equal(cells.genes, expect)
+    np.testing.assert_allclose(cells.library, row.sum())  # library over all input genes
+    with pytest.raises(ValueError, match="raw counts"):
+        prepare_corpus([{"path": str(tmp_path / "a.h5ad")}], tmp_path / "cache2")
+
+
+@pytest.mark.parametrize(("n_shards", "world", "workers"), [(4, 2, 1), (2, 2, 2)])
+def test_units_disjoint_and_cover_epoch(tmp_path, n_shards, world, workers):
+    corpus = Corpus(prepare_corpus(make_shards(tmp_path / "d", n_shards=n_shards, cells=20), tmp_path / "c"))
+    units = world * workers
+    seen = []
+    for u in range(units):
+        rows = [(s, r) for s, rr in corpus.unit_rows(7, 0, u, units) for r in rr]
+        seen.append(set(rows))
+    assert sum(len(s) for s in seen) == corpus.n_cells == len(set().union(*seen))
+    plan1 = [(s, b.tolist()) for s, b in corpus.plan(7, 0, 0, units, 4, 2)]
+    plan2 = [(s, b.tolist()) for s, b in corpus.plan(7, 0, 0, units, 4, 2)]
+    assert plan1 == plan2
+    assert {(s, r) for s, b in plan1 for r in b} == seen[0]
+    assert plan1 != [(s, b.tolist()) for s, b in corpus.plan(7, 1, 0, units, 4, 2)]  # reshuffled per epoch
+
+
+def test_stream_start_skips_exactly(tmp_path):
+    corpus = Corpus(prepare_corpus(make_shards(tmp_path / "d", n_shards=2, cells=10), tmp_path / "c"))
+    full = ShardStream(corpus, batch_size=3, seed=1, sort_pool=2)
+    it = iter(full)
+    first = [next(it).ids for _ in range(12)]  # crosses an epoch boundary
+    it2 = iter(ShardStream(corpus, batch_size=3, seed=1, sort_pool=2, start=5))
+    for a in first[5:]:
+        np.testing.assert_array_equal(a, next(it2).ids)
