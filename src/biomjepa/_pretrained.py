@@ -37,7 +37,9 @@ def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: s
     if ref in REGISTRY:
         entry = REGISTRY[ref]
         if "path" in entry:
-            return _bundled_dir(entry["path"]), ref
+            path = _bundled_dir(entry["path"])
+            _check_registered(path, entry, ref)
+            return path, f"{ref}-v{entry.get('version', '?')}"
         return _download(entry["url"], entry["sha256"]), ref
     if ref.startswith(("http://", "https://")):
         url, _, frag = ref.partition("#")
@@ -53,6 +55,17 @@ def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: s
         f"Checkpoint {ref!r} is neither a registered name ({known}), an existing directory, nor an "
         "http(s) URL. Pass `checkpoint=` a directory exported by `bj.train` or set `bj.settings.checkpoint`."
     )
+
+
+def _check_registered(path: Path, entry: dict, name: str) -> None:
+    """The bundled config must record the sha256 the registry pins (the weights are checked on load)."""
+    import json
+
+    from .model import CONFIG
+
+    recorded = json.loads((path / CONFIG).read_text()).get("weights_sha256")
+    if recorded != entry["sha256"]:
+        raise ValueError(f"Bundled checkpoint {name!r} does not match its registry sha256; reinstall biomjepa.")
 
 
 def _download(url: str, sha256: str) -> Path:
