@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -119,6 +121,30 @@ def test_ablate_bad_input_leaves_adata_unchanged(mapped, tiny_checkpoint):
     mapped.obs["group"] = ["lonely"] + ["a"] * 59
     with pytest.raises(ValueError, match="at least 2"):
         ablate_programme(mapped, {"p": [mapped.var_names[0]]}, matched={"p": "lonely"}, **kw)
-    with pytest.raises(NotImplementedError, match="graph"):
+    with pytest.raises(ValueError, match="graph="):
         ablate_programme(mapped, ("bfs", "INS", 50), **kw)
+    with pytest.raises(FileNotFoundError, match=r"GeneGraph\.save"):
+        ablate_programme(mapped, ("bfs", "INS", 50), graph="/nonexistent/graph", **kw)
     assert "ablation" not in mapped.uns and "ablation_excess" not in mapped.obs
+
+
+def test_graph_programme_from_saved_graph(mapped, tiny_checkpoint, tmp_path):
+    from scipy import sparse
+
+    from biomjepa.train.graph import GeneGraph, NeighbourTable
+
+    V = Vocab.default().size
+    src = np.arange(1000, 1299)
+    A = sparse.csr_matrix((np.ones(len(src)), (src, src + 1)), shape=(V, V))  # chain 1000 → 1001 → …
+    GeneGraph(NeighbourTable.from_csr(A), NeighbourTable.from_csr(A)).save(tmp_path / "g")
+    seed = str(Vocab.default().symbols[1000])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # chain genes not detected in adata are left out
+        ablate_programme(mapped, ("bfs", seed, 8), graph=tmp_path / "g", groupby="group", n_cells=4,
+                         checkpoint=tiny_checkpoint)
+    r = mapped.uns["ablation"]
+    name = f"bfs:{seed}:8"
+    chain = [str(s) for s in Vocab.default().symbols[1000:1008]]
+    used = r["params"]["programmes"][name]
+    assert set(used) <= set(chain) and sorted(used + r["params"]["left_out"][name]) == sorted(chain)
+    assert set(r["cells"]["programme"]) == {name} and mapped.obs["ablation_excess"].notna().sum() == 12

@@ -263,3 +263,25 @@ def test_build_from_h5ad_matches_vocab_space(tmp_path):
     assert np.array_equal(got.indices, ref.indices)
     np.testing.assert_allclose(got.data, ref.data, rtol=1e-5)
     assert got.shape == (vocab.size, vocab.size) and got[:100].nnz == 0
+
+
+def test_bfs_programme_deterministic_order():
+    from biomjepa.train.graph import bfs_programme
+
+    # 0 → {3, 1, 2}; 1 → 4; 3 → 5; 2 → 6; 7 isolated
+    src, dst = [0, 0, 0, 1, 3, 2], [3, 1, 2, 4, 5, 6]
+    A = sparse.csr_matrix((np.ones(6), (src, dst)), shape=(8, 8))
+    table = NeighbourTable.from_csr(A)
+    graph = GeneGraph(table, table)
+    assert bfs_programme(graph, 0, 8).tolist() == [0, 1, 2, 3, 4, 5, 6]  # component exhausted: stops short
+    assert bfs_programme(table, 0, 5).tolist() == [0, 1, 2, 3, 4]  # last level: lowest index first
+    assert bfs_programme(table, 0, 1).tolist() == [0]
+    assert bfs_programme(table, 7, 3).tolist() == [7]
+    vocab = _Vocab(["A", "B", "C", "D", "E", "F", "G", "H"])
+    assert bfs_programme(graph, "A", 3, vocab=vocab).tolist() == [0, 1, 2]
+    with pytest.raises(KeyError, match="not in the vocabulary"):
+        bfs_programme(graph, "ZZ", 3, vocab=vocab)
+    with pytest.raises(ValueError, match="outside"):
+        bfs_programme(graph, 8, 3)
+    with pytest.raises(ValueError, match="size"):
+        bfs_programme(graph, 0, 0)

@@ -41,6 +41,7 @@ def ablate_programme(
     n_random: int = 1,
     n_cells: int = 24,
     checkpoint: str | None = None,
+    graph=None,
     layer: str | None = None,
     n_bins: int = 10,
     batch_size: int | None = None,
@@ -72,8 +73,9 @@ def ablate_programme(
     adata
         AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`.
     programme
-        A list of gene symbols, a dict ``name → symbols``, or ``("bfs", seed_gene, size)`` (a
-        block of the model's gene graph; needs :mod:`biomjepa.train.graph`).
+        A list of gene symbols, a dict ``name → symbols``, or ``("bfs", seed_gene, size)``: the
+        deterministic BFS block of ``size`` genes around ``seed_gene`` in ``graph``
+        (:func:`biomjepa.train.graph.bfs_programme`), named ``"bfs:{seed_gene}:{size}"``.
     groupby
         ``obs`` column of cell identities (default: all cells are one group ``"all"``).
     matched
@@ -84,6 +86,10 @@ def ablate_programme(
         Cells sampled per group.
     checkpoint
         Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
+    graph
+        The gene graph of a ``("bfs", seed_gene, size)`` programme: a
+        :class:`~biomjepa.train.graph.GeneGraph` or a directory written by ``GeneGraph.save``
+        (a training run's ``corpus/graph``). Required for graph programmes, unused otherwise.
     layer
         Layer with raw counts; default ``X``.
     n_bins
@@ -128,7 +134,7 @@ def ablate_programme(
 
     adata = adata.copy() if copy else adata
     token_column(adata, TOKEN_KEY)
-    programmes = _resolve_programmes(programme)
+    programmes = _resolve_programmes(programme, graph)
     groups = _groups(adata, groupby)
     if matched is not None:
         _check_matched(matched, programmes, groups, groupby)
@@ -163,6 +169,7 @@ def ablate_programme(
     result["params"] = {
         "groupby": groupby, "matched": dict(matched) if matched else None, "n_random": n_random,
         "n_cells": n_cells, "checkpoint": model.info.get("name", "unnamed"), "layer": layer or "X",
+        "graph": _graph_label(graph),
         "n_bins": n_bins, "random_state": random_state, "batch_size": bs, "device": str(dev),
         "programmes": {k: [str(vocab.symbols[g]) for g in v] for k, v in ids.items()},
         "left_out": left_out, "null": "mean-expression × detection quantile bins over detected genes",
@@ -175,9 +182,9 @@ def ablate_programme(
     return adata if copy else None
 
 
-def _resolve_programmes(programme: ProgrammeSpec) -> dict[str, list[str]]:
+def _resolve_programmes(programme: ProgrammeSpec, graph=None) -> dict[str, list[str]]:
     if isinstance(programme, tuple) and len(programme) == 3 and programme[0] == "bfs":
-        return _graph_programme(*programme[1:])
+        return _graph_programme(*programme[1:], graph=graph)
     if isinstance(programme, str):
         raise TypeError("`programme` must be a list of genes, a dict name → genes or ('bfs', seed, size), not a string.")
     if isinstance(programme, Mapping):
@@ -190,17 +197,30 @@ def _resolve_programmes(programme: ProgrammeSpec) -> dict[str, list[str]]:
     return out
 
 
-def _graph_programme(seed: str, size: int) -> dict[str, list[str]]:
-    try:
-        from ..train import graph
-    except ImportError:
-        graph = None
-    if graph is None or not hasattr(graph, "bfs_programme"):
-        raise NotImplementedError(
-            "Graph programmes ('bfs', seed, size) need biomjepa.train.graph.bfs_programme, which this "
-            "version does not provide. Pass the block's genes as a list instead."
+def _graph_programme(seed: str | int, size: int, *, graph) -> dict[str, list[str]]:
+    """``("bfs", seed, size)`` → ``{"bfs:seed:size": symbols}`` from ``graph`` (object or saved directory)."""
+    from ..data.vocab import Vocab
+    from ..train.graph import GeneGraph, NeighbourTable, bfs_programme
+
+    if graph is None:
+        raise ValueError(
+            f"The graph programme ('bfs', {seed!r}, {size}) needs the gene graph: pass `graph=` a GeneGraph "
+            "or the directory it was saved to (e.g. a training run's `corpus/graph`)."
         )
-    return {f"bfs:{seed}:{size}": [str(g) for g in graph.bfs_programme(seed, size)]}
+    if not isinstance(graph, GeneGraph | NeighbourTable):
+        from pathlib import Path
+
+        if not (Path(graph) / "graph.npz").is_file():
+            raise FileNotFoundError(f"graph={str(graph)!r} is not a directory written by `GeneGraph.save` (no graph.npz).")
+        graph = GeneGraph.load(graph)
+    ids = bfs_programme(graph, seed, int(size))
+    return {f"bfs:{seed}:{size}": [str(g) for g in Vocab.default().symbols[ids]]}
+
+
+def _graph_label(graph) -> str | None:
+    if graph is None:
+        return None
+    return str(graph) if not hasattr(graph, "n_genes") else f"{type(graph).__name__} ({graph.n_genes} genes)"
 
 
 def _groups(adata, groupby: str | None) -> np.ndarray:
@@ -230,7 +250,7 @@ def _programme_ids(programmes, vocab, detection) -> tuple[dict[str, np.ndarray],
         ok = (idx >= 0) & (detection[np.maximum(idx, 0)] > 0)
         left_out[name] = [g for g, k in zip(genes, ok) if not k]
         ids[name] = np.unique(idx[ok])
-    bad = {k: v for k, v in left_out.items() if v}
+    bad = {k: v[:10] + ([f"... {len(v)} in all"] if len(v) > 10 else []) for k, v in left_out.items() if v}
     if bad:
         warnings.warn(
             f"Programme genes not in the vocabulary or not detected in adata are left out: {bad}.", stacklevel=3

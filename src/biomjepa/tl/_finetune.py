@@ -1,0 +1,422 @@
+"""``bj.tl.finetune``: the paper's one-epoch partial fine-tuning, with predictions written back to AnnData.
+
+A ``tl`` function (not ``train``): like scvi-tools' ``model.train()`` + ``predict()``, users call
+it on a labelled AnnData and get per-cell predictions back in ``obs``; the tensor-level pieces
+(head, trainable-parameter selection, one epoch) live in :mod:`biomjepa.nn.finetune`.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._keys import TOKEN_KEY
+from .._settings import settings
+
+if TYPE_CHECKING:
+    from anndata import AnnData
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "valid", "test")
+UNLABELLED = "unlabelled"
+HEAD_WEIGHTS, HEAD_CONFIG, ENCODER_DIR = "head.safetensors", "head.json", "encoder"
+HEAD_FORMAT = "biomjepa-finetune-head"
+
+
+def finetune(
+    adata: AnnData,
+    *,
+    label_key: str,
+    checkpoint: str | None = None,
+    layer: str | None = None,
+    train_frac: float = 0.6,
+    valid_frac: float = 0.2,
+    epochs: int = 1,
+    batch_size: int = 8,
+    lr_head: float = 1e-3,
+    lr_encoder: float = 5e-5,
+    weight_decay: float = 0.01,
+    random_state: int = 0,
+    device: str = "auto",
+    out_dir: str | os.PathLike | None = None,
+    key_added: str = "biomjepa_finetune",
+    copy: bool = False,
+) -> AnnData | None:
+    """Partially fine-tune a BioM-JEPA encoder on cell labels and predict every cell.
+
+    The paper's protocol (Supp. "Matched efficiency benchmark"): the final encoder block, the
+    direct parameters of every encoder LayerNorm and a head ``LayerNorm(4D) → Linear(4D, 8D) →
+    GELU → Linear(8D, C)`` are trained with AdamW (betas 0.9, 0.999); everything else is frozen.
+    The head sees ``[library-size token ‖ resolution token ‖ gene-wise max ‖ gene-wise mean]`` of
+    the final-layer states (the paper's last / second-last control tokens; see
+    :mod:`biomjepa.nn.finetune`). Labelled cells are split per class (seeded) into train /
+    validation / test; the epoch with the best validation macro-F1 is kept (ties: the earlier).
+    Batches are length-sorted (padding per batch only) in shuffled order; bf16 autocast on CUDA,
+    float32 on CPU. Cells whose label is missing (NaN) are not trained on but are predicted.
+    The checkpoint's cached model is never modified (the encoder is copied).
+
+    Parameters
+    ----------
+    adata
+        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`.
+    label_key
+        ``obs`` column with the class labels; every class needs at least 3 labelled cells (one
+        per split), and at least 2 classes are required.
+    checkpoint
+        Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
+    layer
+        Layer with raw counts; default ``X``.
+    train_frac, valid_frac
+        Fractions of each class for training and validation; the test split gets the rest
+        (``1 - train_frac - valid_frac``, may be 0). Split sizes are rounded up for the
+        held-out parts, so 2,133 cells give the paper's 1,279 / 427 / 427.
+    epochs
+        Training epochs (the paper: 1).
+    batch_size
+        Cells per optimizer step and per inference batch (the paper: 8).
+    lr_head, lr_encoder
+        AdamW learning rates of the head and of the trainable encoder parameters.
+    weight_decay
+        AdamW weight decay, applied to every trainable parameter.
+    random_state
+        Seed of the split, the head initialisation and the batch order.
+    device
+        ``"auto"``, ``"cpu"``, ``"cuda"``...; requesting CUDA without CUDA raises.
+    out_dir
+        If given, write the fine-tuned encoder to ``out_dir/encoder`` (a regular biomjepa
+        checkpoint, loadable by :func:`biomjepa.model.load_checkpoint`) and the head to
+        ``out_dir/head.safetensors`` + ``out_dir/head.json`` (classes, sha256); reload both with
+        :func:`biomjepa.tl._finetune.load_finetuned`. Never pickle.
+    key_added
+        Prefix of the written keys.
+    copy
+        Return a modified copy instead of writing into ``adata``.
+
+    Returns
+    -------
+    ``None`` or a copy (``copy=True``), with
+
+    ``.obs[f"{key_added}_prediction"]``
+        categorical predicted class of every cell.
+    ``.obs[f"{key_added}_split"]``
+        categorical ``train`` / ``valid`` / ``test`` (``unlabelled`` for cells without a label).
+    ``.obsm[f"{key_added}_proba"]``
+        float32 ``[n_obs, C]`` class probabilities, columns in ``uns[key_added]["classes"]`` order.
+    ``.uns[key_added]``
+        ``params``, ``classes``, ``metrics`` (per split: ``accuracy``, ``macro_f1``, ``n_cells``),
+        ``history`` (per epoch: train loss, validation macro-F1), ``best_epoch``, ``n_trainable``
+        (``encoder``, ``head``, ``total``) and ``throughput`` (``train_cells_per_s``: forward +
+        backward + optimizer step; ``heldout_cells_per_s``: no-grad encoding + head).
+    """
+    from .._device import resolve_device
+    from .._pretrained import load_model
+    from ..data.anndata_source import token_column, tokenize_adata
+
+    _check_args(train_frac, valid_frac, epochs, batch_size)
+    adata = adata.copy() if copy else adata
+    codes, classes = _labels(adata, label_key)
+    split = stratified_split(codes, train_frac, valid_frac, random_state)
+    token_column(adata, TOKEN_KEY)  # fail early, before loading a model
+    dev = resolve_device(device)
+    base = load_model(checkpoint)
+    cells = tokenize_adata(adata, layer=layer)
+    opts = dict(
+        epochs=epochs,
+        batch_size=batch_size,
+        lr_head=lr_head,
+        lr_encoder=lr_encoder,
+        weight_decay=weight_decay,
+        random_state=random_state,
+    )
+    model, fit = _fit(base, cells, codes, split, len(classes), dev, **opts)
+    proba, heldout_s = _predict_all(model, cells, split, batch_size, dev)
+    result = _summary(fit, proba, codes, split, classes, heldout_s)
+    result["params"] = {**_params(base, dev, label_key, layer, train_frac, valid_frac), **opts}
+    if out_dir is not None:
+        result["out_dir"] = str(save_finetuned(model, classes, out_dir, base.info, label_key))
+    _write(adata, key_added, proba, split, classes, result)
+    return adata if copy else None
+
+
+def _check_args(train_frac: float, valid_frac: float, epochs: int, batch_size: int) -> None:
+    if not (0 < train_frac < 1 and 0 < valid_frac < 1 and train_frac + valid_frac <= 1 + 1e-9):
+        raise ValueError(
+            f"Need 0 < train_frac, 0 < valid_frac and train_frac + valid_frac <= 1; got {train_frac}, {valid_frac}."
+        )
+    if epochs < 1 or batch_size < 1:
+        raise ValueError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}.")
+
+
+def _labels(adata, label_key: str) -> tuple[np.ndarray, list[str]]:
+    """Integer class codes ``[n]`` (−1 = missing label) and the class names (sorted)."""
+    import pandas as pd
+
+    if label_key not in adata.obs:
+        raise KeyError(
+            f"Did not find .obs[{label_key!r}]; pass `label_key=` naming the column with cell labels."
+        )
+    col = adata.obs[label_key]
+    labelled = col.notna().to_numpy()
+    names = col[labelled].astype(str)
+    cat = pd.Categorical(names, categories=sorted(names.unique()))
+    codes = np.full(adata.n_obs, -1, dtype=np.int64)
+    codes[labelled] = cat.codes
+    classes = [str(c) for c in cat.categories]
+    if len(classes) < 2:
+        raise ValueError(
+            f".obs[{label_key!r}] has {len(classes)} labelled class(es); fine-tuning needs at least 2."
+        )
+    counts = np.bincount(codes[labelled], minlength=len(classes))
+    rare = [f"{classes[i]!r} ({counts[i]})" for i in np.flatnonzero(counts < 3)]
+    if rare:
+        raise ValueError(
+            f"Classes of .obs[{label_key!r}] with fewer than 3 cells cannot be split into train/valid/test: "
+            f"{', '.join(rare)}. Remove them first (or set their label to NaN to only predict those cells)."
+        )
+    return codes, classes
+
+
+def stratified_split(
+    codes: np.ndarray, train_frac: float, valid_frac: float, random_state: int
+) -> np.ndarray:
+    """Seeded per-class split of labelled cells → ``[n]`` array of ``"train"``/``"valid"``/``"test"``.
+
+    Cells with code −1 get ``"unlabelled"``. Test and validation sizes are ``ceil(frac · n)`` of all
+    labelled cells, drawn stratified (scikit-learn), so every class with >= 3 cells reaches the
+    training split.
+    """
+    from sklearn.model_selection import train_test_split
+
+    split = np.full(len(codes), UNLABELLED, dtype=object)
+    idx = np.flatnonzero(codes >= 0)
+    y = codes[idx]
+    n, n_classes = len(idx), int(y.max()) + 1
+    n_test = math.ceil(round(n * (1 - train_frac - valid_frac), 9))
+    n_valid = max(math.ceil(round(n * valid_frac, 9)), n_classes)
+    if n_test:
+        n_test = max(n_test, n_classes)
+        idx, test = train_test_split(idx, test_size=n_test, stratify=y, random_state=random_state)
+        split[test] = "test"
+    train, valid = train_test_split(idx, test_size=n_valid, stratify=codes[idx], random_state=random_state)
+    split[train], split[valid] = "train", "valid"
+    return split
+
+
+def _fit(
+    base,
+    cells,
+    codes,
+    split,
+    n_classes,
+    dev,
+    *,
+    epochs,
+    batch_size,
+    lr_head,
+    lr_encoder,
+    weight_decay,
+    random_state,
+):
+    """Train a copy of ``base``'s encoder + a new head; returns ``(model, fit info)``."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from ..nn import finetune as ft
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(random_state)
+        model = ft.FinetuneModel(_copy.deepcopy(base.encoder), n_classes)
+    n_trainable = ft.mark_trainable(model)
+    model = model.to(dev)
+    opt = ft.make_optimizer(model, lr_head=lr_head, lr_encoder=lr_encoder, weight_decay=weight_decay)
+    rng = np.random.default_rng(random_state)
+    train, valid = np.flatnonzero(split == "train"), np.flatnonzero(split == "valid")
+    train_cells, valid_cells = cells.subset(train), cells.subset(valid)
+    history = {"epoch": [], "train_loss": [], "valid_macro_f1": []}
+    best, best_f1, seconds = None, -1.0, 0.0
+    bar = tqdm(total=epochs * len(train), unit="cell", desc="finetune", disable=not settings.show_progress)
+    for epoch in range(1, epochs + 1):
+        stats = ft.train_epoch(
+            model,
+            train_cells,
+            codes[train],
+            opt,
+            batch_size=batch_size,
+            rng=rng,
+            device=dev,
+            max_tokens=settings.max_batch_tokens,
+            progress=bar.update,
+        )
+        seconds += stats["seconds"]
+        f1 = float("nan")
+        if epochs > 1:  # with one epoch there is nothing to select; valid F1 comes from the final pass
+            p, _ = ft.predict_proba(
+                model, valid_cells, batch_size=batch_size, device=dev, max_tokens=settings.max_batch_tokens
+            )
+            f1 = _macro_f1(codes[valid], p.argmax(1))
+            if f1 > best_f1:
+                best, best_f1 = (epoch, ft.trainable_state(model)), f1
+        history["epoch"].append(epoch)
+        history["train_loss"].append(stats["loss"])
+        history["valid_macro_f1"].append(f1)
+        logger.info("finetune epoch %d: train loss %.4f, valid macro-F1 %.4f", epoch, stats["loss"], f1)
+    bar.close()
+    best_epoch = epochs
+    if best is not None:
+        best_epoch = best[0]
+        ft.restore_state(model, best[1])
+    fit = {
+        "history": history,
+        "best_epoch": best_epoch,
+        "n_trainable": n_trainable,
+        "train_cells_per_s": epochs * len(train) / max(seconds, 1e-12),
+    }
+    return model, fit
+
+
+def _predict_all(model, cells, split, batch_size, dev) -> tuple[np.ndarray, float]:
+    """Probabilities for every cell; also the seconds spent on the held-out (non-train) cells."""
+    from ..nn.finetune import predict_proba
+
+    proba = np.empty((len(cells), model.head[-1].out_features), dtype=np.float32)
+    heldout_s = 0.0
+    for rows in (np.flatnonzero(split == "train"), np.flatnonzero(split != "train")):
+        if len(rows):
+            proba[rows], secs = predict_proba(
+                model,
+                cells.subset(rows),
+                batch_size=batch_size,
+                device=dev,
+                max_tokens=settings.max_batch_tokens,
+            )
+            heldout_s = secs  # the second (held-out) pass overwrites the first
+    return proba, heldout_s
+
+
+def _macro_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(y_true, y_pred, average="macro", zero_division=0))
+
+
+def _summary(fit, proba, codes, split, classes, heldout_s) -> dict:
+    pred = proba.argmax(1)
+    metrics = {}
+    for name in SPLITS:
+        rows = np.flatnonzero(split == name)
+        if len(rows):
+            metrics[name] = {
+                "accuracy": float((pred[rows] == codes[rows]).mean()),
+                "macro_f1": _macro_f1(codes[rows], pred[rows]),
+                "n_cells": len(rows),
+            }
+    history = fit["history"]
+    if math.isnan(history["valid_macro_f1"][-1]):
+        history["valid_macro_f1"][-1] = metrics["valid"]["macro_f1"]
+    n_heldout = int((split != "train").sum())
+    throughput = {
+        "train_cells_per_s": fit["train_cells_per_s"],
+        "heldout_cells_per_s": n_heldout / max(heldout_s, 1e-12) if n_heldout else float("nan"),
+    }
+    return {
+        "classes": list(classes),
+        "metrics": metrics,
+        "history": history,
+        "best_epoch": fit["best_epoch"],
+        "n_trainable": fit["n_trainable"],
+        "throughput": throughput,
+    }
+
+
+def _params(base, dev, label_key, layer, train_frac, valid_frac) -> dict:
+    info = base.info
+    return {
+        "checkpoint": info.get("name", "unnamed"),
+        "checkpoint_sha256": info.get("sha256", ""),
+        "label_key": label_key,
+        "layer": layer or "X",
+        "device": str(dev),
+        "dtype": "bfloat16-autocast" if dev.type == "cuda" else "float32",
+        "train_frac": train_frac,
+        "valid_frac": valid_frac,
+        "test_frac": round(1 - train_frac - valid_frac, 9),
+        "betas": [0.9, 0.999],
+        "pooling": "library_token+resolution_token+gene_max+gene_mean",
+        "trainable": "final_block+leaf_layernorms+head",
+    }
+
+
+def _write(adata, key: str, proba, split, classes, result) -> None:
+    import pandas as pd
+
+    adata.obs[f"{key}_prediction"] = pd.Categorical.from_codes(proba.argmax(1), categories=classes)
+    cats = [s for s in (*SPLITS, UNLABELLED) if (split == s).any()]
+    adata.obs[f"{key}_split"] = pd.Categorical(split.astype(str), categories=cats)
+    adata.obsm[f"{key}_proba"] = proba.astype(np.float32)
+    adata.uns[key] = result
+
+
+def save_finetuned(model, classes, out_dir, base_info: dict, label_key: str) -> Path:
+    """Write ``out_dir/encoder`` (checkpoint), ``out_dir/head.safetensors`` and ``out_dir/head.json``."""
+    from safetensors.torch import save_file
+
+    from ..model import save_checkpoint, sha256_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    prov = {
+        "kind": "partial-finetune",
+        "label_key": label_key,
+        "base_checkpoint": base_info.get("name", ""),
+        "base_sha256": base_info.get("sha256", ""),
+        "base_provenance": base_info.get("provenance", {}),
+    }
+    save_checkpoint(model.encoder, out / ENCODER_DIR, provenance=prov)
+    state = {k: v.detach().to("cpu").float().contiguous() for k, v in model.head.state_dict().items()}
+    save_file(state, str(out / HEAD_WEIGHTS), metadata={"format": HEAD_FORMAT})
+    meta = {
+        "format": HEAD_FORMAT,
+        "format_version": 1,
+        "classes": list(classes),
+        "label_key": label_key,
+        "d_in": 4 * model.config.d_model,
+        "n_classes": len(classes),
+        "encoder": ENCODER_DIR,
+        "pooling": ["library_token", "resolution_token", "gene_max", "gene_mean"],
+        "head_sha256": sha256_file(out / HEAD_WEIGHTS),
+    }
+    (out / HEAD_CONFIG).write_text(json.dumps(meta, indent=2))
+    return out
+
+
+def load_finetuned(out_dir: str | os.PathLike):
+    """Reload what ``finetune(out_dir=...)`` wrote → ``(FinetuneModel in eval mode, classes)``.
+
+    Raises
+    ------
+    ValueError
+        If ``head.json`` is missing or the head weights do not match their recorded sha256.
+    """
+    from safetensors.torch import load_file
+
+    from ..model import load_checkpoint, sha256_file
+    from ..nn.finetune import FinetuneModel
+
+    out = Path(out_dir)
+    if not (out / HEAD_CONFIG).is_file():
+        raise ValueError(f"{out} holds no {HEAD_CONFIG}; write one with `bj.tl.finetune(..., out_dir=)`.")
+    meta = json.loads((out / HEAD_CONFIG).read_text())
+    if sha256_file(out / HEAD_WEIGHTS) != meta.get("head_sha256"):
+        raise ValueError(f"{out / HEAD_WEIGHTS} does not match its recorded sha256; the file is damaged.")
+    encoder = load_checkpoint(out / meta.get("encoder", ENCODER_DIR)).encoder
+    model = FinetuneModel(encoder, int(meta["n_classes"]))
+    model.head.load_state_dict(load_file(str(out / HEAD_WEIGHTS)), strict=True)
+    return model.eval(), list(meta["classes"])

@@ -1,0 +1,210 @@
+"""Teacher-target prediction errors of a programme block, from a full training state.
+
+The analysis side of :func:`biomjepa.tl.programme_dependencies`: rebuilds the student, predictor
+and teacher with the training code (:class:`~biomjepa.train.jepa.JEPA`,
+:func:`~biomjepa.train.ema.make_teacher`) and runs a programme as the single target block of each
+cell through the training collation (:func:`~biomjepa.train.inputs.build_inputs`), so every model
+step is the one used in pretraining. No AnnData here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+STATE_KEYS = ("model", "teacher", "centre", "config", "model_config", "step")
+
+
+@dataclass
+class TrainingModules:
+    """Student + predictor (``jepa``), ``teacher``, EMA ``centre [D]`` and the DMT table of a run.
+
+    ``coexp`` is the coexpression neighbour table truncated to the run's ``dmt_k`` (``None`` for
+    ``random_block`` runs, whose pooling always uses the whole context).
+    """
+
+    jepa: Any
+    teacher: Any
+    centre: Any
+    coexp: Any
+    objective: str
+    step: int
+    source: str
+
+
+def load_training_modules(checkpoint: str | os.PathLike | dict, *, graph=None, device="cpu") -> TrainingModules:
+    """Rebuild the modules of a training state (run directory, ``step_*.pt`` file or loaded dict).
+
+    ``graph``: a :class:`~biomjepa.train.graph.GeneGraph`, a directory saved by ``GeneGraph.save``
+    or ``None`` (the run's ``graph`` setting, else its corpus cache ``graph/``).
+    """
+    from dataclasses import replace
+
+    import torch
+
+    from ..train.config import TrainConfig
+    from ..train.ema import make_teacher
+    from ..train.jepa import JEPA
+
+    state, source, run_dir = _read_state(checkpoint)
+    cfg = TrainConfig.from_dict(state["config"])
+    if cfg.objective == "decoder":
+        raise ValueError(
+            "This training state is a `decoder` control run: its predictor was never trained to predict "
+            "teacher states, so teacher-target errors are undefined. Use a `block` (BioM-JEPA) run."
+        )
+    if cfg.objective == "token":
+        warnings.warn("Token-IJEPA run: its predictor was trained with gene queries, not block ids; "
+                      "errors use the programme's block id as query.", stacklevel=3)
+    cfg = replace(cfg, model_overrides=dict(state["model_config"]))  # the stored encoder config wins
+    jepa = JEPA.from_train_config(cfg)
+    jepa.load_state_dict(state["model"])
+    teacher = make_teacher(jepa.student)
+    teacher.load_state_dict(state["teacher"])
+    coexp = None
+    if cfg.objective != "random_block":
+        coexp = _open_graph(graph, cfg, run_dir).coexp_topk(cfg.dmt_k)
+    centre = torch.as_tensor(state["centre"], dtype=torch.float32)
+    return TrainingModules(jepa.to(device).eval(), teacher.to(device).eval(), centre.to(device), coexp,
+                           cfg.objective, int(state["step"]), source)
+
+
+def _read_state(checkpoint) -> tuple[dict, str, Path | None]:
+    """``(state, display name, run directory or None)``; clear errors for inference exports."""
+    from ..train.checkpoint import latest_state, load_state
+
+    if isinstance(checkpoint, dict):
+        state, source, run_dir = checkpoint, "state dict", None
+    else:
+        p = Path(checkpoint).expanduser()
+        fix = ("pass the training run directory (holding checkpoints/LATEST) or one of its "
+               "checkpoints/step_*.pt files, as written by `python -m biomjepa.train`.")
+        if (p / "model.safetensors").is_file() or p.suffix == ".safetensors" or p.name == "config.json":
+            raise ValueError(
+                f"{p} is an inference export (config.json + model.safetensors): it holds the encoder only, but "
+                f"programme_dependencies needs the student, predictor and teacher of a full training state; {fix}"
+            )
+        path = latest_state(p.parent if p.name == "checkpoints" else p) if p.is_dir() else p
+        if path is None or not path.is_file():
+            raise FileNotFoundError(f"No training state at {p}; {fix}")
+        state, source, run_dir = load_state(path), str(path), path.parent.parent
+    missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ValueError(f"{source} is not a full training state (missing {missing}); expected the dict saved by "
+                         "biomjepa.train.checkpoint.save_state.")
+    return state, source, run_dir
+
+
+def _open_graph(graph, cfg, run_dir: Path | None):
+    """The run's gene graph: ``graph`` if given, else ``cfg.graph``, else the corpus cache's ``graph/``."""
+    from ..train.graph import GeneGraph
+    from ..train.loop import run_dir_of
+
+    if isinstance(graph, GeneGraph):
+        return graph
+    if graph is not None:
+        candidates = [Path(graph)]
+    else:
+        candidates = [Path(cfg.graph)] if cfg.graph else []
+        if isinstance(cfg.corpus, str):
+            candidates.append(Path(cfg.corpus) / "graph")
+        if cfg.cache_dir:
+            candidates.append(Path(cfg.cache_dir) / "graph")
+        candidates += [d / "corpus" / "graph" for d in (run_dir, run_dir_of(cfg)) if d is not None]
+    for c in candidates:
+        if (c / "graph.npz").is_file() and (c / "coexp.npz").is_file():
+            return GeneGraph.load(c)
+    raise FileNotFoundError(
+        f"The run's gene graph (needed for the DMT neighbourhoods) was not found in {[str(c) for c in candidates]}; "
+        "pass `graph=` a GeneGraph or the directory it was saved to."
+    )
+
+
+def target_errors(
+    mods: TrainingModules,
+    cells,
+    target: np.ndarray,
+    block_id: int,
+    removals: list[np.ndarray],
+    *,
+    batch_size: int,
+    device,
+) -> np.ndarray:
+    """``ε = ‖t̂ − t‖²`` of target programme ``target`` for every cell, under every context removal.
+
+    Parameters
+    ----------
+    mods
+        :class:`TrainingModules`.
+    cells
+        :class:`~biomjepa.data.tokenize.TokenizedCells`; each should express ≥ 1 gene of ``target``.
+    target
+        Vocabulary ids of the programme; ``T = target ∩ observed`` is the cell's single target block.
+    block_id
+        The block's query id ``c``.
+    removals
+        Vocabulary id arrays removed from the student context (an empty array: no ablation).
+
+    Returns
+    -------
+    float64 ``[len(removals), n]``; the teacher target ``t`` (centred) is the same for every removal.
+    """
+    import torch
+
+    from .._device import autocast
+    from ..train.inputs import build_inputs
+    from ..train.jepa import teacher_targets
+
+    device = torch.device(device)
+    V = mods.jepa.config.vocab_size
+    near = np.zeros(V, bool)
+    if mods.coexp is not None:
+        near[mods.coexp.neighbours(int(block_id))] = True
+    out = np.empty((len(removals), len(cells)))
+    with torch.inference_mode(), autocast(device):
+        for start in range(0, len(cells), batch_size):
+            rows = np.arange(start, min(start + batch_size, len(cells)))
+            sub = cells.subset(rows)
+            in_t = np.isin(sub.genes, target)
+            t = None
+            for r, genes in enumerate(removals):
+                sample = block_sample(sub, in_t, ~in_t & ~np.isin(sub.genes, genes), int(block_id), near, len(target))
+                inputs = build_inputs(sub, sample, V, objective="block").to(device)
+                if t is None:
+                    t = teacher_targets(mods.teacher, inputs, 1)[0] - mods.centre
+                pred = mods.jepa(inputs)[:, 0].float()
+                out[r, rows] = (pred - t).pow(2).sum(-1).double().cpu().numpy()
+    return out
+
+
+def block_sample(cells, in_t: np.ndarray, context: np.ndarray, block_id: int, near: np.ndarray, n_candidates: int):
+    """A one-target :class:`~biomjepa.train.blocks.BlockSample`: target positions ``in_t``, ``context``.
+
+    DMT candidates are the context genes in ``near`` (``N^coexp(c)``), all context where none is.
+    """
+    from ..train.blocks import BlockSample
+
+    n, lengths = len(cells), cells.lengths
+    owner = np.repeat(np.arange(n), lengths)
+    local = np.arange(len(cells.genes)) - np.repeat(cells.indptr[:-1], lengths)
+    t_count = np.bincount(owner[in_t], minlength=n)
+    sel = context & near[cells.genes]
+    d_count = np.bincount(owner[sel], minlength=n)
+
+    def col(v):
+        return np.full((n, 1), v, np.int64)
+
+    return BlockSample(
+        indptr=cells.indptr, context=context, target_indptr=np.r_[0, np.cumsum(t_count)], target_pos=local[in_t],
+        block_id=col(block_id), seed_gene=col(-1), requested=col(n_candidates), candidate_size=col(n_candidates),
+        valid=(t_count > 0)[:, None], fallback=np.zeros(n, bool), nominal_context=lengths - t_count,
+        dmt_indptr=np.r_[0, np.cumsum(d_count)], dmt_pos=local[sel], dmt_fallback=(d_count == 0)[:, None],
+    )
