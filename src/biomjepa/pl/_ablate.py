@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._utils import stored_result
+
 if TYPE_CHECKING:
     from anndata import AnnData
     from matplotlib.axes import Axes
@@ -40,12 +42,9 @@ def ablate_programme(
     """
     import matplotlib.pyplot as plt
 
-    res = adata.uns.get(key, {})
-    if "matched" not in res:
-        raise KeyError(
-            f"adata.uns[{key!r}]['matched'] not found. Run `bj.tl.ablate_programme(adata, programmes, "
-            "groupby=..., matched={programme: group})` first."
-        )
+    res = stored_result(
+        adata, key, "matched", "bj.tl.ablate_programme(adata, programmes, groupby=..., matched={programme: group})"
+    )
     m, test = res["matched"], res["test"]
     if ax is None:
         _, ax = plt.subplots(figsize=(3.2, 4.0))

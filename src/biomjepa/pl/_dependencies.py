@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._utils import stored_result
+
 if TYPE_CHECKING:
     from anndata import AnnData
     from matplotlib.axes import Axes
@@ -48,12 +50,10 @@ def programme_dependencies(
     import matplotlib.pyplot as plt
     from matplotlib.colors import Normalize
 
-    res = adata.uns.get(key, {})
-    if "matrix" not in res:
-        raise KeyError(
-            f"adata.uns[{key!r}]['matrix'] not found. Run `bj.tl.programme_dependencies(adata, programmes, "
-            "checkpoint=..., groupby=..., matched={programme: group})` first."
-        )
+    res = stored_result(
+        adata, key, "matrix",
+        "bj.tl.programme_dependencies(adata, programmes, checkpoint=..., groupby=..., matched={programme: group})",
+    )
     m = res["matrix"]
     vals = m.to_numpy(dtype=np.float64)
     lim = float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 1.0

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._utils import stored_result
+
 if TYPE_CHECKING:
     from anndata import AnnData
     from matplotlib.axes import Axes
@@ -54,9 +56,7 @@ def max_token(
     """
     import matplotlib.pyplot as plt
 
-    res = adata.uns.get(key, {})
-    if "winner_fraction" not in res:
-        raise KeyError(f"adata.uns[{key!r}]['winner_fraction'] not found. Run `bj.tl.max_token(adata, groupby=...)` first.")
+    res = stored_result(adata, key, "winner_fraction", "bj.tl.max_token(adata, groupby=...)")
     stored = res.get("params", {}).get("groupby")
     if groupby is not None and stored is not None and groupby != stored:
         raise ValueError(f"uns[{key!r}] was computed with groupby={stored!r}, not {groupby!r}.")

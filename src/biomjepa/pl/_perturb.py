@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._utils import stored_result
+
 if TYPE_CHECKING:
     from anndata import AnnData
     from matplotlib.axes import Axes
@@ -41,9 +43,7 @@ def perturbation_arithmetic(
     """
     import matplotlib.pyplot as plt
 
-    res = adata.uns.get(key, {})
-    if "table" not in res:
-        raise KeyError(f"adata.uns[{key!r}]['table'] not found. Run `bj.tl.perturbation_arithmetic` first.")
+    res = stored_result(adata, key, "table", "bj.tl.perturbation_arithmetic")
     t = res["table"].sort_values("observed", kind="stable").reset_index(drop=True)
     want = _highlighted(t, highlight)
     if ax is None:
