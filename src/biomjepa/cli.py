@@ -10,6 +10,8 @@ import logging
 import sys
 import time
 
+from ._cli_types import TRAIN_PRESETS, existing_file, positive_int, train_config
+
 
 def _demo(args: argparse.Namespace) -> None:
     import resource
@@ -43,37 +45,68 @@ def _train(args: argparse.Namespace) -> None:
     from .train.__main__ import main as train_main
 
     overrides = [arg for s in args.set or [] for arg in ("--set", s)]
-    train_main([args.config, *overrides])
+    export = ["--export", args.export] if args.export else []
+    code = train_main([args.config, *overrides, *export])
+    if code:
+        raise RuntimeError(f"training exited with code {code}")
+
+
+_DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N; CUDA without CUDA is an error (default: auto)"
+_CHECKPOINT_HELP = (
+    "registry name, checkpoint directory (config.json + model.safetensors) or URL#sha256=HEX "
+    "(default: bj.settings.checkpoint)"
+)
+_EPILOG = "exit codes: 0 success, 1 error while running (message on stderr), 2 usage error (bad arguments, missing files)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="biomjepa", description="BioM-JEPA single-cell foundation model.")
+    """The ``biomjepa`` argument parser with its ``demo``, ``embed``, ``train``, ``bench`` and ``graph`` subcommands."""
+    p = argparse.ArgumentParser(prog="biomjepa", description="BioM-JEPA single-cell foundation model.",
+                                epilog=_EPILOG + ". `biomjepa COMMAND --help` explains a command.")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO level, progress bars)")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    d = sub.add_parser("demo", help="embed the bundled pancreas demo and write a UMAP PNG")
-    d.add_argument("--out", default="demo_out", help="output directory (default: demo_out)")
-    d.add_argument("--checkpoint", default=None, help="checkpoint name, directory or URL (default: bundled)")
-    d.add_argument("--batch-size", type=int, default=None, help="cells per forward pass")
-    d.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    d = sub.add_parser("demo", help="embed the bundled pancreas demo and write a UMAP PNG", epilog=_EPILOG,
+                       description="Embed the 1,074 bundled Baron pancreas cells (bj.datasets.pancreas), run "
+                       "scanpy neighbors + UMAP on obsm['X_biomjepa'] and write OUT/pancreas_embedded.h5ad and "
+                       "OUT/umap_pancreas.png, with the bundled pretrained `biomjepa-mini` checkpoint unless "
+                       "--checkpoint is given.")
+    d.add_argument("--out", default="demo_out", metavar="DIR", help="output directory (default: demo_out)")
+    d.add_argument("--checkpoint", default=None, help=_CHECKPOINT_HELP)
+    d.add_argument("--batch-size", type=positive_int, default=None, help="cells per forward pass (default: bj.settings.batch_size, 64)")
+    d.add_argument("--device", default="auto", help=_DEVICE_HELP)
     d.set_defaults(func=_demo)
 
-    e = sub.add_parser("embed", help="map genes and embed an .h5ad of raw counts")
-    e.add_argument("input", help="input .h5ad with raw counts")
-    e.add_argument("output", help="output .h5ad (input + obsm['X_biomjepa'])")
-    e.add_argument("--checkpoint", default=None, help="checkpoint name, directory or URL")
+    e = sub.add_parser("embed", help="map genes and embed an .h5ad of raw counts", epilog=_EPILOG,
+                       description="Map the genes of INPUT onto the vocabulary (bj.pp.map_vocab), embed every cell "
+                       "(bj.tl.embed) and write INPUT plus var['biomjepa_token'], uns['biomjepa'] and "
+                       "obsm['X_biomjepa'] to OUTPUT. INPUT must hold raw integer counts (in X or --layer).")
+    e.add_argument("input", type=existing_file, help="input .h5ad with raw counts")
+    e.add_argument("output", help="output .h5ad (input + obsm['X_biomjepa']); overwritten if it exists")
+    e.add_argument("--checkpoint", default=None, help=_CHECKPOINT_HELP)
     e.add_argument("--layer", default=None, help="layer holding raw counts (default: X)")
-    e.add_argument("--gene-key", default=None, help="var column with gene symbols/Ensembl ids (default: var_names)")
-    e.add_argument("--species", default="human", help="human or mouse (1:1 orthologs)")
-    e.add_argument("--batch-size", type=int, default=None, help="cells per forward pass")
-    e.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    e.add_argument("--gene-key", default=None, help="var column with gene symbols / Ensembl / Entrez ids (default: var_names)")
+    e.add_argument("--species", default="human", choices=["human", "mouse"],
+                   help="species of the gene identifiers; mouse maps through 1:1 orthologs (default: human)")
+    e.add_argument("--batch-size", type=positive_int, default=None, help="cells per forward pass (default: bj.settings.batch_size, 64)")
+    e.add_argument("--device", default="auto", help=_DEVICE_HELP)
     e.set_defaults(func=_embed)
 
-    t = sub.add_parser("train", help="pretrain from a YAML config (see biomjepa/configs)")
-    t.add_argument("config", help="YAML config file or preset name (tiny, mini, base)")
-    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    t = sub.add_parser("train", help="pretrain from a YAML config or preset (see biomjepa/configs)", epilog=_EPILOG,
+                       description="Pretrain BioM-JEPA (block-level JEPA) as `python -m biomjepa.train` does; a run "
+                       "resumes from its latest checkpoint. For many GPUs use `torchrun --nproc_per_node=N -m "
+                       "biomjepa.train CONFIG ...`. Prints the run directory.")
+    t.add_argument("config", type=train_config,
+                   help=f"YAML config file or preset name ({', '.join(TRAIN_PRESETS)}); see biomjepa/configs/*.yaml")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config key, value parsed as YAML, e.g. --set corpus=data/*.h5ad (repeatable)")
+    t.add_argument("--export", metavar="DIR", default=None,
+                   help="after training, export the teacher encoder as an inference checkpoint to DIR")
     t.set_defaults(func=_train)
 
+    from .cli_graph import add_graph_parser
+
+    add_graph_parser(sub)
     try:
         from .cli_bench import add_bench_parser
 
@@ -84,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``biomjepa`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code (usage errors exit 2)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.verbose:
@@ -92,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         bj.settings.verbosity = 2
     try:
         args.func(args)
-    except (ValueError, KeyError, FileNotFoundError, RuntimeError, PermissionError) as err:
-        print(f"biomjepa {args.command}: error: {err}", file=sys.stderr)
+    except (ValueError, KeyError, TypeError, RuntimeError, OSError) as err:
+        if args.verbose:
+            logging.getLogger("biomjepa").exception("traceback")
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"biomjepa {args.command}: error: {message}", file=sys.stderr)
         return 1
     return 0
 

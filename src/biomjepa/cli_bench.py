@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ._cli_types import existing_file
+
 TASKS = ("annotation", "clustering", "reconstruction", "perturbation", "geometry")
 
 
@@ -20,16 +22,29 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     -------
     The ``bench`` parser (its ``func`` default is :func:`run_bench`).
     """
-    b = subparsers.add_parser("bench", help="CellBench-style scores of obsm embeddings (CSV + PNG)")
-    b.add_argument("input", help="input .h5ad with embeddings in obsm")
-    b.add_argument("--label-key", default=None, help="obs column with cell-type labels")
-    b.add_argument("--use-rep", action="append", default=None, help="obsm key to score (repeatable; default X_biomjepa)")
-    b.add_argument("--baselines", nargs="*", default=[], choices=["pca", "umap"], help="baselines to compute and score")
-    b.add_argument("--tasks", default="annotation,clustering,geometry", help=f"comma-separated subset of {','.join(TASKS)}")
-    b.add_argument("--layer", default=None, help="layer with raw counts (default: X)")
-    b.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44, 45, 46], help="seeds (default 42..46)")
-    b.add_argument("--perturbation-key", default="perturbation", help="obs column of perturbation labels")
-    b.add_argument("--out", default="bench_out", help="output directory (default: bench_out)")
+    b = subparsers.add_parser(
+        "bench", help="CellBench-style scores of obsm embeddings (CSV + PNG)",
+        description="Score cell embeddings stored in obsm of INPUT side by side with bj.bench (few-shot annotation, "
+        "clustering, reconstruction, perturbation response, geometry) and write OUT/bench.csv (tidy: task, rep, "
+        "setting, seed, metric, value), OUT/bench_summary.csv (mean and s.d. over seeds) and OUT/bench.png.",
+        epilog="exit codes: 0 success, 1 error while running (message on stderr), 2 usage error (bad arguments, "
+        "missing files)",
+    )
+    b.add_argument("input", type=existing_file, help="input .h5ad with embeddings in obsm (e.g. from `biomjepa embed`)")
+    b.add_argument("--label-key", default=None, help="obs column with cell-type labels (needed by annotation, clustering)")
+    b.add_argument("--use-rep", action="append", default=None, metavar="KEY",
+                   help="obsm key to score (repeatable; default: X_biomjepa unless only --baselines are given)")
+    b.add_argument("--baselines", nargs="*", default=[], choices=["pca", "umap"],
+                   help="baselines computed from the raw counts and scored too: pca (PCA-50 of log-normalized HVGs), "
+                   "umap (2-D UMAP of that PCA)")
+    b.add_argument("--tasks", default="annotation,clustering,geometry",
+                   help=f"comma-separated subset of {','.join(TASKS)} (default: annotation,clustering,geometry)")
+    b.add_argument("--layer", default=None, help="layer with raw counts for baselines and reconstruction (default: X)")
+    b.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44, 45, 46],
+                   help="seeds of the support sets / splits (default: 42 43 44 45 46)")
+    b.add_argument("--perturbation-key", default="perturbation",
+                   help="obs column of perturbation labels, for the perturbation task (default: perturbation)")
+    b.add_argument("--out", default="bench_out", metavar="DIR", help="output directory (default: bench_out)")
     b.set_defaults(func=run_bench)
     return b
 

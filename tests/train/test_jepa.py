@@ -83,3 +83,45 @@ def test_forward_teacher_targets_and_grads(setup):
     pred[torch.as_tensor(sample.valid)].pow(2).sum().backward()
     assert model.predictor.query_embedding.weight.grad is not None
     assert all(p.grad is None for p in teacher.parameters())
+
+
+def test_centred_targets_global_and_per_gene(setup):
+    """Global centre: block mean − c. Per-gene centre: mean over the block of (h_g − c_g), by hand."""
+    from biomjepa.nn import ModelConfig
+    from biomjepa.train.jepa import centred_targets
+
+    cells, sample, _ = setup
+    torch.manual_seed(0)
+    model = JEPA(ModelConfig.preset("tiny"), pred_layers=1, pred_heads=2, pred_dropout=0.0)
+    teacher = make_teacher(model.student)
+    inp = build_inputs(cells, sample, 19264)
+    K = sample.n_targets
+    h = teacher(inp.teacher.gene_ids, inp.teacher.values, inp.teacher.mask)
+    hn = torch.nn.functional.layer_norm(h, h.shape[-1:])
+    i, k = np.argwhere(sample.valid)[0]
+    pos = N_TECH + torch.as_tensor(sample.targets(i, k))
+    genes = inp.teacher.gene_ids[i, pos]
+
+    c = torch.randn(32)
+    t, means = centred_targets(teacher, inp, K, c)
+    torch.testing.assert_close(t[i * K + k], h[i, pos].mean(0) - c)
+    torch.testing.assert_close(means[i * K + k], h[i, pos].mean(0))
+
+    cg = torch.randn(19266, 32)
+    t, (sums, counts) = centred_targets(teacher, inp, K, cg, norm=True)
+    torch.testing.assert_close(t[i * K + k], (hn[i, pos] - cg[genes]).mean(0))
+    # the statistics are raw (uncentred, normalized) per-gene sums and counts over all target tokens
+    assert counts.sum() == len(inp.tgt_gene)
+    g0 = int(inp.tgt_gene[0])
+    torch.testing.assert_close(sums[g0] / counts[g0], hn.reshape(-1, 32)[
+        (inp.tgt_unit // K * h.shape[1] + inp.tgt_pos)[inp.tgt_gene == g0]].mean(0))
+
+
+def test_update_centre_rows_only_touches_seen_genes():
+    from biomjepa.train.ema import update_centre_rows
+
+    c = torch.ones(5, 3)
+    seen = torch.tensor([False, True, False, True, False])
+    update_centre_rows(c, seen, torch.zeros(2, 3), 0.9)
+    torch.testing.assert_close(c[seen], torch.full((2, 3), 0.9))
+    torch.testing.assert_close(c[~seen], torch.ones(3, 3))

@@ -66,3 +66,48 @@ def test_nan_loss_skips_then_stops(tmp_path, monkeypatch):
         pretrain(cfg)
     log = pd.read_csv(tmp_path / "runs" / "block-tiny" / "log.csv")
     assert list(log["bad_steps"]) == [1, 2]
+
+
+def test_per_gene_centre_trains_resumes_and_moves(tmp_path):
+    """``target_centre=gene``: a ``[V+2, D]`` centre that only moves on genes that were targets, and
+    resume stays bit-exact (the centre is part of the training state)."""
+    from biomjepa.train.checkpoint import latest_state, load_state
+
+    kw = dict(target_centre="gene", target_norm=True, checkpoint_every=2, steps=4)
+    straight = pretrain(tiny_config(tmp_path, run_name="straight", **kw))
+    pretrain(tiny_config(tmp_path, run_name="split", stop_at=2, **kw))
+    split = pretrain(tiny_config(tmp_path, run_name="split", **kw))
+    a, b = (load_state(latest_state(r)) for r in (straight, split))
+    assert a["centre"].shape == (19266, 32)
+    assert torch.equal(a["centre"], b["centre"]) and torch.equal(a["teacher"]["blocks.0.ln1.weight"],
+                                                                 b["teacher"]["blocks.0.ln1.weight"])
+    moved = a["centre"].abs().sum(1) > 0
+    assert 0 < int(moved.sum()) <= 1500  # only genes of the synthetic universe were ever targets
+    assert not moved[1500:].any()
+
+
+def test_embedding_regularizer_is_logged_and_reaches_the_student(tmp_path):
+    """``lambda_embed_var``/``lambda_embed_cov`` add VICReg terms on the student's pooled embedding:
+    logged, and with alignment switched off they alone still train the student."""
+    from biomjepa.train.config import load_config
+    from biomjepa.train.ema import make_teacher
+    from biomjepa.train.jepa import JEPA
+    from biomjepa.train.objectives import compute_objective
+
+    run = pretrain(tiny_config(tmp_path, steps=2, lambda_embed_var=1.0, lambda_embed_cov=0.1))
+    log = pd.read_csv(run / "log.csv")
+    assert (log["embed_var"] > 0).all() and np.isfinite(log["embed_cov"]).all()
+
+    cfg = load_config(tiny_config(tmp_path, lambda_align=0.0, lambda_var=0.0, lambda_cov=0.0,
+                                  lambda_embed_var=1.0, lambda_embed_cov=0.0))
+    import biomjepa.train.loop as loop
+
+    trainer = loop.Trainer(cfg, loop.init_distributed("cpu"))
+    inputs = trainer._micro(next(trainer.batches()), 0)
+    model = JEPA.from_train_config(cfg)
+    terms, _ = compute_objective(model, make_teacher(model.student), inputs, torch.zeros(32), cfg)
+    terms.total.backward()
+    assert float(terms.total.detach()) > 0
+    assert model.student.blocks[-1].ffn[2].weight.grad.abs().sum() > 0
+    g = model.predictor.blocks[0].ffn[0].weight.grad
+    assert g is None or not g.any()  # the predictor plays no part

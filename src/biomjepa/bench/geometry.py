@@ -107,7 +107,7 @@ def _abs_r(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def depth_association(Z: np.ndarray, total_counts: np.ndarray, n_detected: np.ndarray) -> dict[str, float]:
-    """|Pearson r| of total counts and detected genes with the leading-axis score and the embedding norm.
+    """Absolute Pearson ``|r|`` of total counts and detected genes with the leading-axis score and the embedding norm.
 
     Parameters
     ----------

@@ -28,7 +28,9 @@ class ValueEmbedding(nn.Module):
         self.proj1 = nn.Linear(1, n_bins)
         self.proj2 = nn.Linear(n_bins, n_bins)
         self.alpha = nn.Parameter(torch.ones(()))
-        self.bins = nn.Parameter(torch.randn(n_bins, d_model) * 0.02)
+        # A softmax mixture averages its bins and shrinks them by ~1/sqrt(bins it mixes): bins start at
+        # 0.02·sqrt(n_bins) so the value signal enters at the gene embedding's scale (0.02), not 10x below.
+        self.bins = nn.Parameter(torch.randn(n_bins, d_model) * 0.02 * n_bins**0.5)
         self.act = nn.LeakyReLU(0.1)
 
     def forward(self, values: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,9 @@ def map_vocab(
     For ``species="mouse"`` symbols first go through bundled 1:1 human–mouse orthologs; other
     species need ``orthologs=``. Several vars may map to one token: the tokenizer sums their counts.
     ``X`` is never modified; a sparse matrix is never densified; backed AnnData is read in row chunks.
+    Values are not validated here (only genes are mapped): :func:`biomjepa.tl.embed` and the other
+    tools refuse log-normalized, negative or non-finite input (``count_fraction`` is then NaN or
+    meaningless).
 
     Parameters
     ----------
@@ -80,7 +83,7 @@ def map_vocab(
     ``.uns["biomjepa"]["vocab"]``
         dict: ``n_vars``; ``n_matched`` (vars mapped); ``n_tokens`` (distinct tokens hit);
         ``vocab_coverage`` (``n_tokens / 19264``); ``count_fraction`` (share of the total counts of
-        ``X``/``layer`` on mapped vars; NaN when there are no counts); ``id_type`` (``"symbol"``,
+        ``X``/``layer`` on mapped vars; NaN when there are no counts or non-finite values); ``id_type`` (``"symbol"``,
         ``"ensembl"``, ``"entrez"`` or ``"mixed"``); ``species``; ``n_duplicate_tokens`` (tokens hit
         by several vars) and ``duplicate_examples``; ``unmapped_examples`` (≤ 10 names);
         ``vocab_hash``; ``methods`` (vars mapped per rule: official, alias, ensembl, entrez,
@@ -217,12 +220,12 @@ def _matrix(adata, layer: str | None):
 
 
 def count_fraction(X, mapped: np.ndarray) -> float:
-    """Share of the total of ``X`` that falls in the ``mapped`` columns (NaN when ``X`` sums to 0)."""
+    """Share of the total of ``X`` that falls in the ``mapped`` columns (NaN when ``X`` sums to 0 or holds NaN/Inf)."""
     if X is None:
         return float("nan")
     col = column_sums(X)
     total = float(col.sum())
-    return float(col[mapped].sum() / total) if total > 0 else float("nan")
+    return float(col[mapped].sum() / total) if np.isfinite(total) and total > 0 else float("nan")
 
 
 def column_sums(X, chunk: int | None = None) -> np.ndarray:

@@ -134,6 +134,8 @@ def ablate_programme(
 
     adata = adata.copy() if copy else adata
     token_column(adata, TOKEN_KEY)
+    if adata.n_obs == 0:
+        raise ValueError("adata has no cells.")
     programmes = _resolve_programmes(programme, graph)
     groups = _groups(adata, groupby)
     if matched is not None:

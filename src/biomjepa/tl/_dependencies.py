@@ -160,6 +160,8 @@ def programme_dependencies(
 
     adata = adata.copy() if copy else adata
     token_column(adata, TOKEN_KEY)
+    if adata.n_obs == 0:
+        raise ValueError("adata has no cells.")
     progs = _check_inputs(adata, programmes, groupby, matched, n_random, n_cells)
     dev = resolve_device(device)
     mods = load_training_modules(checkpoint, graph=graph, device=dev)

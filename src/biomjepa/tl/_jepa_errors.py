@@ -25,7 +25,7 @@ STATE_KEYS = ("model", "teacher", "centre", "config", "model_config", "step")
 
 @dataclass
 class TrainingModules:
-    """Student + predictor (``jepa``), ``teacher``, EMA ``centre [D]`` and the DMT table of a run.
+    """Student + predictor (``jepa``), ``teacher``, EMA ``centre`` (``[D]``, or ``[V, D]`` per gene) and the DMT table of a run.
 
     ``coexp`` is the coexpression neighbour table truncated to the run's ``dmt_k`` (``None`` for
     ``random_block`` runs, whose pooling always uses the whole context).
@@ -38,6 +38,7 @@ class TrainingModules:
     objective: str
     step: int
     source: str
+    target_norm: bool = False
 
 
 def load_training_modules(checkpoint: str | os.PathLike | dict, *, graph=None, device="cpu") -> TrainingModules:
@@ -74,7 +75,7 @@ def load_training_modules(checkpoint: str | os.PathLike | dict, *, graph=None, d
         coexp = _open_graph(graph, cfg, run_dir).coexp_topk(cfg.dmt_k)
     centre = torch.as_tensor(state["centre"], dtype=torch.float32)
     return TrainingModules(jepa.to(device).eval(), teacher.to(device).eval(), centre.to(device), coexp,
-                           cfg.objective, int(state["step"]), source)
+                           cfg.objective, int(state["step"]), source, cfg.target_norm)
 
 
 def _read_state(checkpoint) -> tuple[dict, str, Path | None]:
@@ -161,7 +162,7 @@ def target_errors(
 
     from .._device import autocast
     from ..train.inputs import build_inputs
-    from ..train.jepa import teacher_targets
+    from ..train.jepa import centred_targets
 
     device = torch.device(device)
     V = mods.jepa.config.vocab_size
@@ -179,7 +180,7 @@ def target_errors(
                 sample = block_sample(sub, in_t, ~in_t & ~np.isin(sub.genes, genes), int(block_id), near, len(target))
                 inputs = build_inputs(sub, sample, V, objective="block").to(device)
                 if t is None:
-                    t = teacher_targets(mods.teacher, inputs, 1)[0] - mods.centre
+                    t = centred_targets(mods.teacher, inputs, 1, mods.centre, norm=mods.target_norm)[0]
                 pred = mods.jepa(inputs)[:, 0].float()
                 out[r, rows] = (pred - t).pow(2).sum(-1).double().cpu().numpy()
     return out

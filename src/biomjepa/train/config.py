@@ -71,12 +71,16 @@ class TrainConfig:
     lambda_var: float = 0.05
     lambda_cov: float = 0.01
     var_gamma: float = 1.0
+    lambda_embed_var: float = 0.0  # VICReg variance hinge on the student's pooled cell embedding
+    lambda_embed_cov: float = 0.0  # VICReg covariance penalty on the student's pooled cell embedding
+    target_norm: bool = False  # layer-normalize teacher token states before block means (I-JEPA)
     token_cap: int = 64
     # teacher
     momentum_start: float = 0.996
     momentum_end: float = 0.9997
     momentum_schedule: Literal["cosine", "linear"] = "cosine"
     centre_rate: float = 0.9
+    target_centre: Literal["global", "gene"] = "global"  # gene: per-gene EMA centre of teacher states
     # optimisation
     lr: float = 1e-4
     min_lr: float = 1e-6

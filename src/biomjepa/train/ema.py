@@ -37,3 +37,13 @@ def update_centre(centre: torch.Tensor, batch_mean: torch.Tensor, rate: float) -
     across ranks by the loop so every rank keeps the same centre).
     """
     return centre.mul_(rate).add_(batch_mean.to(centre.dtype), alpha=1.0 - rate)
+
+
+@torch.no_grad()
+def update_centre_rows(centre: torch.Tensor, rows: torch.Tensor, means: torch.Tensor, rate: float) -> torch.Tensor:
+    """Per-gene centre: ``c_g ← rate · c_g + (1 − rate) · mean_g`` for the genes ``rows`` (bool ``[V]``).
+
+    A gene's first update starts from zero, like the global centre at step 0.
+    """
+    centre[rows] = centre[rows] * rate + means.to(centre.dtype) * (1.0 - rate)
+    return centre

@@ -25,6 +25,7 @@ from torch import nn
 
 from ..nn.config import ModelConfig
 from ..nn.encoder import Encoder, EncoderBlock
+from ..nn.pooling import max_top5_pool
 
 
 def dmt_pool(query: torch.Tensor, hidden: torch.Tensor, pool_mask: torch.Tensor, tau: float) -> torch.Tensor:
@@ -113,12 +114,17 @@ class JEPA(nn.Module):
             decoder=cfg.objective == "decoder",
         )
 
-    def forward(self, inputs) -> torch.Tensor:
+    def forward(self, inputs, *, with_embedding: bool = False):
+        """Predicted unit states ``[n, U, D]``; with ``with_embedding`` also the student's pooled
+        cell embedding of its context (max ‖ top-5 mean, ``[n, 2D]``, as :func:`biomjepa.tl.embed`)."""
         s = inputs.student
         hidden = self.student(s.gene_ids, s.values, s.mask)
         q = self.predictor.queries(inputs.query)
         pooled = dmt_pool(q, hidden, inputs.pool_mask, self.tau)
-        return self.predictor(pooled, q, inputs.valid)
+        pred = self.predictor(pooled, q, inputs.valid)
+        if not with_embedding:
+            return pred
+        return pred, max_top5_pool(hidden, s.gene_mask)
 
     def decode(self, pred: torch.Tensor, unit: torch.Tensor, gene: torch.Tensor) -> torch.Tensor:
         """Decoder control: expression of target genes ``gene [M]`` from their unit's state ``[M]``."""
@@ -127,16 +133,54 @@ class JEPA(nn.Module):
 
 
 @torch.no_grad()
-def teacher_targets(teacher: Encoder, inputs, n_units: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean teacher state over each unit's target genes (uncentred): ``([n·U, D], counts [n·U])``.
+def teacher_token_states(teacher: Encoder, inputs, n_units: int, *, norm: bool = False) -> torch.Tensor:
+    """Teacher state of every target gene ``[M, D]`` (rows follow ``inputs.tgt_unit``).
 
-    The teacher sees all observed genes (``inputs.teacher``); runs under ``no_grad``.
+    The teacher sees all observed genes (``inputs.teacher``); runs under ``no_grad``. With
+    ``norm=True`` every state is layer-normalized (no affine), as I-JEPA normalizes its targets.
     """
     t = inputs.teacher
     h = teacher(t.gene_ids, t.values, t.mask).float()  # [n, Tt, D]
+    if norm:
+        h = F.layer_norm(h, h.shape[-1:])
     n, T, D = h.shape
     cell = torch.div(inputs.tgt_unit, n_units, rounding_mode="floor")
-    states = h.reshape(n * T, D)[cell * T + inputs.tgt_pos]
-    sums = torch.zeros(n * n_units, D, device=h.device).index_add_(0, inputs.tgt_unit, states)
-    counts = torch.bincount(inputs.tgt_unit, minlength=n * n_units).to(h.dtype)
+    return h.reshape(n * T, D)[cell * T + inputs.tgt_pos]
+
+
+def unit_means(states: torch.Tensor, unit: torch.Tensor, n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean of ``states [M, D]`` per unit index ``unit [M]`` → ``([n_rows, D], counts [n_rows])``."""
+    sums = torch.zeros(n_rows, states.shape[1], device=states.device).index_add_(0, unit, states)
+    counts = torch.bincount(unit, minlength=n_rows).to(states.dtype)
     return sums / counts.clamp(min=1)[:, None], counts
+
+
+@torch.no_grad()
+def teacher_targets(
+    teacher: Encoder, inputs, n_units: int, *, norm: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean teacher state over each unit's target genes (uncentred): ``([n·U, D], counts [n·U])``."""
+    states = teacher_token_states(teacher, inputs, n_units, norm=norm)
+    return unit_means(states, inputs.tgt_unit, inputs.valid.numel())
+
+
+@torch.no_grad()
+def centred_targets(teacher: Encoder, inputs, n_units: int, centre: torch.Tensor, *, norm: bool = False):
+    """Centred block targets ``[n·U, D]`` and the statistics that update the centre.
+
+    ``centre`` ``[D]`` (the paper's global EMA centre): ``t_k = mean_{g∈T_k} h_g − c``; the
+    statistics are the uncentred unit means. ``centre`` ``[V, D]`` (per-gene centre): every token
+    state is centred by its own gene's EMA state before the block mean, ``t_k = mean_{g∈T_k}(h_g −
+    c_g)``, so a target carries what is specific to this cell, not which genes the block holds;
+    the statistics are per-gene sums ``[V, D]`` and counts ``[V]`` of the raw states.
+    """
+    states = teacher_token_states(teacher, inputs, n_units, norm=norm)
+    rows = inputs.valid.numel()
+    if centre.ndim == 1:
+        means, _ = unit_means(states, inputs.tgt_unit, rows)
+        return means - centre, means
+    gene = inputs.tgt_gene
+    targets, _ = unit_means(states - centre[gene], inputs.tgt_unit, rows)
+    sums = torch.zeros_like(centre).index_add_(0, gene, states)
+    counts = torch.bincount(gene, minlength=centre.shape[0]).to(states.dtype)
+    return targets, (sums, counts)

@@ -26,7 +26,7 @@ from .blocks import block_rng, sample_blocks
 from .checkpoint import latest_state, load_state, rng_state, save_state, set_rng_state
 from .config import TrainConfig, load_config
 from .distributed import DistInfo, all_reduce_, all_reduce_mean, barrier, cleanup, init_distributed, wrap_ddp
-from .ema import ema_update, make_teacher, update_centre
+from .ema import ema_update, make_teacher, update_centre, update_centre_rows
 from .inputs import build_inputs
 from .jepa import JEPA
 from .objectives import compute_objective, effective_rank
@@ -35,7 +35,7 @@ from .shards import Corpus, ShardStream, prepare_corpus
 
 logger = logging.getLogger(__name__)
 LOG_FIELDS = [
-    "step", "loss", "align", "cosine", "var", "cov", "recon", "lr", "momentum", "coverage", "fallback",
+    "step", "loss", "align", "cosine", "var", "cov", "recon", "embed_var", "embed_cov", "lr", "momentum", "coverage", "fallback",
     "dmt_fallback", "effective_rank", "grad_norm", "bad_steps", "cells_per_s", "tokens_per_s",
 ]
 
@@ -110,7 +110,9 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # identical initialisation on every rank
         self.model = JEPA.from_train_config(cfg).to(info.device)
         self.teacher = make_teacher(self.model.student)
-        self.centre = torch.zeros(self.model.config.d_model, device=info.device)
+        mc = self.model.config
+        shape = (mc.vocab_size + 2, mc.d_model) if cfg.target_centre == "gene" else (mc.d_model,)
+        self.centre = torch.zeros(shape, device=info.device)
         self.optimizer = self._optimizer()
         self.step, self.bad_steps, self.consecutive_bad = 0, 0, 0
         torch.manual_seed(cfg.seed * 1000 + 1 + info.rank)  # per-rank dropout stream
@@ -205,7 +207,7 @@ class Trainer:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.model.train()
-        scal, tsum, nunits, preds, stats = [], 0.0, 0, [], []
+        scal, csum, ccount, preds, stats = [], None, None, [], []
         autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=info.device.type == "cuda" and cfg.bf16)
         for micro in range(cfg.accumulation):
             inputs = self._micro(next(data), micro)
@@ -217,14 +219,15 @@ class Trainer:
             scal.append(terms.scalars())
             stats.append(inputs.stats)
             preds.append(aux["pred"])
-            if aux["target_sum"] is not None:
-                tsum, nunits = tsum + aux["target_sum"], nunits + aux["n_units"]
+            if aux["centre_stats"] is not None:
+                s_, c_ = aux["centre_stats"]
+                csum, ccount = (s_, c_) if csum is None else (csum + s_, ccount + c_)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         ok = self._finite(scal, grad_norm)
         if ok:
             self.optimizer.step()
             ema_update(self.teacher, self.model.student, mom)
-            self._update_centre(tsum, nunits)
+            self._update_centre(csum, ccount)
         self.optimizer.zero_grad(set_to_none=True)
         return self._row(scal, stats, preds, lr, mom, float(grad_norm), time.perf_counter() - t0)
 
@@ -245,15 +248,27 @@ class Trainer:
             )
         return False
 
-    def _update_centre(self, tsum, nunits: int) -> None:
-        if nunits == 0 and not self.info.enabled:
-            return
-        buf = torch.zeros(self.centre.numel() + 1, device=self.info.device)
-        if nunits:
-            buf[:-1], buf[-1] = tsum, nunits
+    def _update_centre(self, csum, ccount) -> None:
+        """EMA centre from the step's uncentred teacher statistics (all-reduced over ranks).
+
+        Global centre ``[D]``: ``c ← r·c + (1−r)·mean``. Per-gene centre ``[V, D]``: the same
+        update on the rows of the genes that were targets in this step; other rows are unchanged.
+        """
+        if csum is None:
+            if not self.info.enabled:
+                return
+            csum = torch.zeros_like(self.centre)
+            ccount = torch.zeros(self.centre.shape[:-1], device=self.info.device)
+        buf = torch.cat([csum.reshape(-1), ccount.reshape(-1).to(csum.dtype)])
         all_reduce_(buf, self.info)
-        if buf[-1] > 0:
-            update_centre(self.centre, buf[:-1] / buf[-1], self.cfg.centre_rate)
+        sums, counts = buf[: csum.numel()].view_as(csum), buf[csum.numel():].view_as(ccount)
+        rate = self.cfg.centre_rate
+        if self.centre.ndim == 1:
+            if counts > 0:
+                update_centre(self.centre, sums / counts, rate)
+            return
+        seen = counts > 0
+        update_centre_rows(self.centre, seen, sums[seen] / counts[seen, None], rate)
 
     def _row(self, scal, stats, preds, lr, mom, grad_norm, dt) -> dict:
         keys = set().union(*scal)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .jepa import teacher_targets
+from .jepa import centred_targets
 
 VAR_EPS = 1e-4
 
@@ -82,6 +82,21 @@ def jepa_loss(pred: torch.Tensor, target: torch.Tensor, cfg) -> LossTerms:
     return LossTerms(total, align.detach(), cos.detach(), var.detach(), cov.detach())
 
 
+def _embedding_regularizer(terms: LossTerms, emb: torch.Tensor | None, cfg) -> None:
+    """Optional VICReg terms on the student's pooled cell embedding ``emb [n, 2D]`` (our addition).
+
+    ``λ_ev · L_var(emb) + λ_ec · L_cov(emb)`` on the per-feature standardized-by-nothing pooled
+    context embedding: it spreads the embedding that users get over many directions instead of the
+    one depth-related axis that max pooling otherwise favours. Added to ``terms.total`` in place.
+    """
+    if emb is None:
+        return
+    emb = emb.float()
+    ev, ec = variance_hinge(emb, cfg.var_gamma), covariance_penalty(emb)
+    terms.total = terms.total + cfg.lambda_embed_var * ev + cfg.lambda_embed_cov * ec
+    terms.extra.update(embed_var=ev.detach(), embed_cov=ec.detach())
+
+
 def effective_rank(z: torch.Tensor) -> float:
     """``exp(H(λ/Σλ))`` of the covariance eigenvalues ``λ`` of ``z [N, D]`` (NaN when ``N < 2``)."""
     z = z.detach().float()
@@ -97,10 +112,13 @@ def effective_rank(z: torch.Tensor) -> float:
 def compute_objective(model, teacher, inputs, centre: torch.Tensor, cfg) -> tuple[LossTerms, dict]:
     """Run ``model`` (a :class:`JEPA`, possibly DDP-wrapped) and ``teacher`` on one micro-batch.
 
-    Returns the :class:`LossTerms` and ``aux``: ``target_sum`` ``[D]`` and ``n_units`` (uncentred
-    teacher unit states, for the EMA centre), ``pred`` (valid predicted states, detached).
+    Returns the :class:`LossTerms` and ``aux``: ``centre_stats`` (sums and counts of the uncentred
+    teacher states that update the EMA centre: ``([D], [])`` for the global centre, ``([V, D], [V])``
+    for the per-gene centre; ``None`` for the decoder) and ``pred`` (valid predictions, detached).
     """
-    pred = model(inputs)  # [n, U, D]
+    reg = cfg.lambda_embed_var > 0 or cfg.lambda_embed_cov > 0
+    out = model(inputs, with_embedding=reg)
+    pred, emb = out if reg else (out, None)  # [n, U, D], [n, 2D]
     n, U, D = pred.shape
     valid = inputs.valid.reshape(-1)
     flat_pred = pred.reshape(n * U, D)
@@ -110,9 +128,11 @@ def compute_objective(model, teacher, inputs, centre: torch.Tensor, cfg) -> tupl
         mse = F.mse_loss(vhat, inputs.tgt_value) if vhat.numel() else flat_pred.sum() * 0.0
         zero = mse.detach() * 0.0
         terms = LossTerms(mse, zero, zero, zero, zero, {"recon": mse.detach()})
-        return terms, {"pred": flat_pred[valid].detach(), "target_sum": None, "n_units": 0}
-    targets, _ = teacher_targets(teacher, inputs, U)
-    t = targets[valid]
-    terms = jepa_loss(flat_pred[valid], t - centre, cfg)
-    aux = {"pred": flat_pred[valid].detach(), "target_sum": t.sum(0), "n_units": int(t.shape[0])}
-    return terms, aux
+        _embedding_regularizer(terms, emb, cfg)
+        return terms, {"pred": flat_pred[valid].detach(), "centre_stats": None}
+    targets, stats = centred_targets(teacher, inputs, U, centre, norm=cfg.target_norm)
+    terms = jepa_loss(flat_pred[valid], targets[valid], cfg)
+    _embedding_regularizer(terms, emb, cfg)
+    if centre.ndim == 1:
+        stats = (stats[valid].sum(0), torch.tensor(float(valid.sum()), device=centre.device))
+    return terms, {"pred": flat_pred[valid].detach(), "centre_stats": stats}

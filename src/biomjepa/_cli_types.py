@@ -1,0 +1,51 @@
+"""Argument types shared by the ``biomjepa`` subcommands: a bad value is a usage error (exit code 2)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+#: Pretraining presets accepted by ``biomjepa train`` in place of a YAML file (= ``train.config.PRESETS``).
+TRAIN_PRESETS = ("tiny", "mini", "base")
+
+
+def existing_file(value: str) -> str:
+    """An existing file (not a directory); otherwise an ``argparse`` error naming the path."""
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"no such file: {value!r}")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"not a file: {value!r}")
+    return str(path)
+
+
+def train_config(value: str) -> str:
+    """A preset name (``tiny``, ``mini``, ``base``) or an existing YAML file."""
+    if value in TRAIN_PRESETS:
+        return value
+    try:
+        return existing_file(value)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err}; give a YAML config file or a preset ({', '.join(TRAIN_PRESETS)})") from None
+
+
+def positive_int(value: str) -> int:
+    """An integer >= 1."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def non_negative_int(value: str) -> int:
+    """An integer >= 0."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n

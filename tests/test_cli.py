@@ -1,0 +1,158 @@
+"""The ``biomjepa`` command line: ``graph`` end to end, ``--help`` of every subcommand, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from biomjepa.cli import build_parser, main
+
+N_GENES = 200
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Two .h5ad files (150 + 100 cells) of Poisson counts over real vocabulary genes + 10 unmapped genes.
+
+    Genes 0–19 share a latent factor, so they are coexpressed.
+    """
+    import anndata as ad
+    from scipy import sparse
+
+    from biomjepa.data.vocab import Vocab
+
+    root = tmp_path_factory.mktemp("corpus")
+    symbols = [str(s) for s in Vocab.default().symbols[2000 : 2000 + N_GENES]] + [f"NOTAGENE{i}" for i in range(10)]
+    rng = np.random.default_rng(0)
+    paths = []
+    for i, n in enumerate((150, 100)):
+        lam = np.tile(rng.gamma(0.5, 2.0, size=len(symbols)), (n, 1))
+        lam[:, :20] *= rng.gamma(2.0, 1.0, size=(n, 1))
+        X = rng.poisson(lam).astype(np.float32)
+        X[:, 0] += 1  # no empty cell
+        a = ad.AnnData(sparse.csr_matrix(X))
+        a.var_names, a.obs_names = symbols, [f"f{i}c{j}" for j in range(n)]
+        paths.append(root / f"part{i}.h5ad")
+        a.write_h5ad(paths[-1])
+    return [str(p) for p in paths], symbols
+
+
+def _string_files(tmp_path, symbols):
+    """Official-format STRING links/info files over four corpus genes (one link below 700)."""
+    info = "#string_protein_id\tpreferred_name\tprotein_size\tannotation\n" + "".join(
+        f"9606.P{i}\t{symbols[i]}\t100\tx\n" for i in range(4)
+    )
+    pairs = [(0, 1, 900), (1, 2, 800), (2, 3, 500)]
+    rows = [f"9606.P{a} 9606.P{b} {s}\n9606.P{b} 9606.P{a} {s}" for a, b, s in pairs]
+    links = "protein1 protein2 combined_score\n" + "\n".join(rows) + "\n"
+    out = []
+    for name, text in (("links.txt.gz", links), ("info.txt.gz", info)):
+        with gzip.open(tmp_path / name, "wt") as fh:
+            fh.write(text)
+        out.append(str(tmp_path / name))
+    return out
+
+
+def test_graph_end_to_end(corpus, tmp_path, capsys):
+    from biomjepa.train.graph import GeneGraph, paper_stats
+
+    paths, _ = corpus
+    out = tmp_path / "g"
+    assert main(["graph", *paths, "--out", str(out), "--top-k", "8", "--seed", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "250 cells in 2 shard(s)" in printed
+    assert "union_nnz" in printed and "content hash" in printed and f"{paper_stats()['union_nnz']:,}" in printed
+    for f in ("graph.npz", "graph.json", "coexp.npz", "coexp.json"):
+        assert (out / f).is_file()
+    assert (out / "corpus" / "manifest.json").is_file()  # default cache: OUT/corpus
+    graph = GeneGraph.load(out)
+    blocks, coexp = graph.blocks, graph.coexp
+    assert blocks.n_genes == coexp.n_genes == 19264
+    assert 0 < blocks.degrees().max() <= 8 and 0 < coexp.degrees().max() <= 8
+    cover = np.flatnonzero(coexp.degrees() > 0)
+    assert cover.min() >= 2000 and cover.max() < 2000 + N_GENES  # coexpression only among corpus genes
+    meta = json.loads((out / "graph.json").read_text())["meta"]
+    assert meta["seed"] == 3 and meta["string_source"].startswith("bundled") and meta["string"]["nnz"] > 0
+    # same corpus and seed → same graph (the cache is reused)
+    assert main(["graph", *paths, "--out", str(tmp_path / "g2"), "--cache", str(out / "corpus"),
+                 "--top-k", "8", "--seed", "3"]) == 0
+    assert GeneGraph.load(tmp_path / "g2").blocks.content_hash == blocks.content_hash
+
+
+def test_graph_official_string_files(corpus, tmp_path, capsys):
+    from biomjepa.train.graph import GeneGraph
+
+    paths, symbols = corpus
+    links, info = _string_files(tmp_path, symbols)
+    out = tmp_path / "g"
+    assert main(["graph", paths[0], "--out", str(out), "--string-links", links, "--string-info", info,
+                 "--top-k", "4"]) == 0
+    meta = GeneGraph.load(out).meta
+    assert meta["string_source"] == links
+    assert meta["string"] == {"nnz": 4, "genes": 3}  # 0–1 and 1–2 both ways; 2–3 is below 700
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["graph", "missing.h5ad", "--out", "x"], "argument CORPUS: no such file: 'missing.h5ad'"),
+        (["graph", "{h5ad}", "--out", "x", "--string-links", "{h5ad}"], "must be given together"),
+        (["graph", "{h5ad}", "--out", "x", "--top-k", "0"], "must be >= 1"),
+        (["graph", "{h5ad}"], "--out"),
+        (["embed", "missing.h5ad", "out.h5ad"], "argument input: no such file"),
+        (["bench", "missing.h5ad"], "argument input: no such file"),
+        (["train", "missing.yaml"], "no such file: 'missing.yaml'; give a YAML config file or a preset"),
+        (["embed", "{dir}", "out.h5ad"], "not a file"),
+    ],
+)
+def test_usage_errors_exit_2(argv, message, corpus, tmp_path, capsys):
+    argv = [a.format(h5ad=corpus[0][0], dir=tmp_path) for a in argv]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_runtime_error_exits_1_with_message(tmp_path, capsys):
+    import anndata as ad
+
+    a = ad.AnnData(np.ones((3, 2), dtype=np.float32))
+    a.var_names = ["NOTAGENE1", "NOTAGENE2"]
+    a.write_h5ad(tmp_path / "in.h5ad")
+    assert main(["embed", str(tmp_path / "in.h5ad"), str(tmp_path / "out.h5ad")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("biomjepa embed: error: Only 0 of 2 genes map to the vocabulary")
+    assert not (tmp_path / "out.h5ad").exists()
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_every_option_of_every_subcommand_is_explained():
+    subs = _subparsers(build_parser())
+    assert set(subs) == {"demo", "embed", "train", "bench", "graph"}
+    for name, sub in subs.items():
+        assert sub.description, name
+        for action in sub._actions:
+            assert action.help and len(action.help) > 10, (name, action.dest)
+
+
+@pytest.mark.parametrize("command", ["demo", "embed", "train", "bench", "graph"])
+def test_help_exits_0(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert "exit codes" in capsys.readouterr().out
+
+
+def test_train_presets_match_the_training_code():
+    from biomjepa._cli_types import TRAIN_PRESETS
+    from biomjepa.train.config import PRESETS
+
+    assert tuple(TRAIN_PRESETS) == tuple(PRESETS)
