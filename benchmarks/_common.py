@@ -1,7 +1,17 @@
-"""Shared helpers for the benchmark scripts: analytic FLOP counts and a same-run GEMM baseline."""
+"""Shared helpers for the benchmark scripts: analytic FLOP counts, a same-run GEMM baseline, resident
+memory (RSS) probes and log–log exponent fits.
+
+Memory is read from ``/proc/self/status`` (Linux): ``VmRSS`` is the current resident set, ``VmHWM``
+its high-water mark. Writing ``5`` to ``/proc/self/clear_refs`` resets ``VmHWM`` to the current
+RSS, so "peak above baseline" = ``VmHWM`` after the work − ``VmRSS`` just before it, without an
+earlier peak (imports, input construction) masking it. Without ``/proc`` (macOS) the fallback is
+``resource.getrusage(RUSAGE_SELF).ru_maxrss``, which cannot be reset.
+"""
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -43,3 +53,82 @@ def write_csv(rows: list[dict], name: str) -> Path:
     path = RESULTS / name
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
+
+
+def _status_mib(field: str) -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
+def _ru_maxrss_mib() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / 2**20 if sys.platform == "darwin" else r / 1024.0  # bytes on macOS, KiB on Linux
+
+
+def rss_mib() -> float:
+    """Current resident set size (``VmRSS``) in MiB; falls back to the peak where ``/proc`` is absent."""
+    v = _status_mib("VmRSS")
+    return _ru_maxrss_mib() if v is None else v
+
+
+def peak_rss_mib() -> float:
+    """Resident-set high-water mark (``VmHWM``, or ``ru_maxrss`` without ``/proc``) in MiB."""
+    v = _status_mib("VmHWM")
+    return _ru_maxrss_mib() if v is None else v
+
+
+def reset_peak_rss() -> bool:
+    """Reset ``VmHWM`` to the current RSS (Linux ≥ 4.0); ``False`` if that is not possible here."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+class RssSampler:
+    """Background thread recording the largest ``VmRSS`` seen, sampled every ``interval`` s.
+
+    Use as a context manager; ``peak`` (MiB) is the sampled maximum. A sampler can miss a spike
+    shorter than ``interval``: pair it with :func:`peak_rss_mib` (exact, kernel-maintained).
+    """
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval, self.peak, self.samples = interval, rss_mib(), 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mib())
+            self.samples += 1
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mib())
+
+
+def fit_exponent(n, y, n_min: float = 0) -> float:
+    """Least-squares slope of log y on log n over points with ``n >= n_min`` (NaN if < 2 points)."""
+    import numpy as np
+
+    n, y = np.asarray(n, dtype=float), np.asarray(y, dtype=float)
+    ok = (n >= n_min) & np.isfinite(y) & (y > 0)
+    if ok.sum() < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(n[ok]), np.log(y[ok]), 1)[0])

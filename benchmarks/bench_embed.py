@@ -6,7 +6,15 @@ process, for random-initialised ``mini`` and ``base`` encoders (throughput does 
 weights). Cells: Baron 2016 pancreas (≈1.8k genes/cell) and a 400-gene/cell subsample like the
 paper's hPancreas.
 
+A second, model-free table gives the padding waste of the batching on those real lengths (all
+Baron cells by default): padding tokens / real tokens (two technical tokens per cell included) for
+batches of the same size in the cells' (shuffled) input order vs. length-sorted ones, and
+``tl.embed``'s actual batching (length-sorted and also cut at ``bj.settings.max_batch_tokens``
+tokens per batch, so long cells come in smaller batches: "+cap"). Packed variable-length execution, which
+would have no padding, is not implemented.
+
     python benchmarks/bench_embed.py [--cells 256] [--batch-size 8] [--configs mini base]
+        [--padding-batch-sizes 8 64] [--padding-cells 0 (all)] [--padding-only]
 """
 
 from __future__ import annotations
@@ -68,12 +76,53 @@ def run(cfg_name: str, cells, batch_size: int, label: str) -> dict:
     }
 
 
+def padding_rows(sets: dict, batch_sizes: list[int]) -> list[dict]:
+    """Padding waste of length-sorted vs. input-order batches, per cell set and batch size."""
+    from biomjepa._settings import settings
+    from biomjepa.data.collate import N_TECH, padding_waste, sorted_batches
+
+    rows = []
+    for label, cells in sets.items():
+        lens = cells.lengths
+        real = int((lens + N_TECH).sum())
+        for bs in batch_sizes:
+            schemes = {
+                "unsorted": [np.arange(s, min(s + bs, len(lens))) for s in range(0, len(lens), bs)],
+                "length-sorted": sorted_batches(lens, bs),
+                "length-sorted+cap": sorted_batches(lens, bs, max_tokens=settings.max_batch_tokens),
+            }
+            for scheme, batches in schemes.items():
+                waste = padding_waste(lens, batches)
+                rows.append({
+                    "cells": label, "n_cells": len(lens), "mean_tokens": real / len(lens), "batch_size": bs,
+                    "batching": scheme, "batches": len(batches), "real_tokens": real,
+                    "padding_tokens": round(waste * real), "padding_per_real": waste,
+                    "computed_per_real": 1 + waste,
+                })
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cells", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--configs", nargs="+", default=["mini", "base"])
+    p.add_argument("--padding-batch-sizes", type=int, nargs="+", default=[8, 64],
+                   help="batch sizes of the padding table (64 = tl.embed's default)")
+    p.add_argument("--padding-cells", type=int, default=0, help="cells for the padding table (0: all)")
+    p.add_argument("--padding-only", action="store_true", help="only the (model-free) padding table")
     args = p.parse_args()
+
+    import pandas as pd
+
+    n_pad = args.padding_cells or 10**9
+    pad_sets = {"baron_full": load_cells(n_pad, None), "baron_400": load_cells(n_pad, 400)}
+    pad = padding_rows(pad_sets, args.padding_batch_sizes)
+    print("padding waste: padding tokens / real tokens (2 technical tokens per cell counted as real)")
+    print(pd.DataFrame(pad).drop(columns=["real_tokens"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print("wrote", write_csv(pad, "bench_embed_padding.csv"))
+    if args.padding_only:
+        return
     sets = {"baron_full": load_cells(args.cells, None), "baron_400": load_cells(args.cells, 400)}
     rows = []
     for cfg in args.configs:

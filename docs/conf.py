@@ -2,13 +2,17 @@
 
 Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html`` after ``pip install -e ".[docs]"``.
 Nothing here needs the network: no intersphinx, notebooks are not executed (tutorials are executed
-separately), API stubs are generated at build time by autosummary into ``docs/generated/``.
+separately), API stubs are generated at build time by autosummary into ``docs/generated/``. The
+tutorial notebooks live in ``../tutorials`` and are copied into ``docs/tutorials/`` (git-ignored) at
+the start of every build, because Sphinx only reads sources under ``docs/``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -36,7 +40,21 @@ templates_path = ["_templates"]
 # -- MyST / MyST-NB ----------------------------------------------------------------------------
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
 myst_heading_anchors = 3
-nb_execution_mode = "off"  # tutorials are executed by their own CI step, never by the docs build
+nb_execution_mode = "off"  # tutorials are executed by tests/test_tutorials.py, never by the docs build
+
+# -- tutorials ---------------------------------------------------------------------------------
+# ../tutorials/*.ipynb (stored without outputs; executed by tests/test_tutorials.py) → docs/tutorials/.
+_HERE = Path(__file__).resolve().parent
+_TUTORIALS_SRC, _TUTORIALS_DST = _HERE.parent / "tutorials", _HERE / "tutorials"
+_TUTORIALS_DST.mkdir(exist_ok=True)
+_notebooks = {p.name: p for p in sorted(_TUTORIALS_SRC.glob("*.ipynb"))}
+for _stale in _TUTORIALS_DST.glob("*.ipynb"):
+    if _stale.name not in _notebooks:
+        _stale.unlink()
+for _name, _src in _notebooks.items():
+    _dst = _TUTORIALS_DST / _name
+    if not _dst.is_file() or _dst.read_bytes() != _src.read_bytes():
+        shutil.copy2(_src, _dst)  # keeps the mtime, so unchanged notebooks are not rebuilt
 
 # -- autodoc / autosummary / napoleon ----------------------------------------------------------
 autosummary_generate = True

@@ -23,7 +23,15 @@ from ._settings import settings
 logger = logging.getLogger(__name__)
 
 #: Named checkpoints: name → {"path": package-relative dir | "url": base URL, "sha256": weights hash}.
-REGISTRY: dict[str, dict] = {}
+#: ``biomjepa-mini`` is bundled inside the package (``docs/model_card.md``; produced by
+#: ``models/biomjepa-mini-v0.1.yaml`` and ``scripts/export_bundled.py``).
+REGISTRY: dict[str, dict] = {
+    "biomjepa-mini": {
+        "path": "_models/biomjepa-mini-v0.1",
+        "version": "0.1",
+        "sha256": "8c6a2a76b8b1664fa352ffe6b7f9c89950bd21f9724fd115fdfc680099f60152",
+    },
+}
 
 
 def _bundled_dir(rel: str) -> Path:

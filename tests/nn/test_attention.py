@@ -68,3 +68,21 @@ def test_cuda_matches_cpu_reference():
     ref = linear_attention(q, k, v, mask)
     out = linear_attention(*(x.detach().cuda() for x in (q, k, v)), mask.cuda()).cpu()
     torch.testing.assert_close(out, ref.detach(), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_chunked_inference_path_equals_naive(monkeypatch, masked):
+    """The CPU inference path processes tokens in chunks; tiny chunks must give the same result."""
+    import biomjepa.nn.attention as attn
+
+    monkeypatch.setattr(attn, "CHUNK_ELEMENTS", 16)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 37, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(2, 37, dtype=torch.bool)
+    if masked:
+        mask[1, 20:] = False
+    with torch.inference_mode():
+        fast = linear_attention(q, k, v, mask if masked else None)
+    ref = naive_linear_attention(q, k, v, mask if masked else None)
+    real = mask[:, None, :, None].expand_as(ref)
+    torch.testing.assert_close(fast[real], ref[real], rtol=1e-10, atol=1e-12)
