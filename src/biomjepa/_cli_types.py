@@ -29,23 +29,21 @@ def train_config(value: str) -> str:
         raise argparse.ArgumentTypeError(f"{err}; give a YAML config file or a preset ({', '.join(TRAIN_PRESETS)})") from None
 
 
-def positive_int(value: str) -> int:
-    """An integer >= 1."""
+def _int_at_least(value: str, low: int) -> int:
     try:
         n = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    if n < low:
+        raise argparse.ArgumentTypeError(f"must be >= {low}, got {n}")
     return n
+
+
+def positive_int(value: str) -> int:
+    """An integer >= 1."""
+    return _int_at_least(value, 1)
 
 
 def non_negative_int(value: str) -> int:
     """An integer >= 0."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
-    return n
+    return _int_at_least(value, 0)
