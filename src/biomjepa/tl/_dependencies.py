@@ -13,7 +13,7 @@ Design (the paper leaves these open; the training code is reused for every model
 * One prediction unit per cell: programme ``b`` is the cell's single target block, exactly the
   training path with ``K = 1`` (:func:`biomjepa.train.inputs.build_inputs` on a
   :class:`~biomjepa.train.blocks.BlockSample`, then :class:`~biomjepa.train.jepa.JEPA` and
-  :func:`~biomjepa.train.jepa.teacher_targets`). Candidate block ``B`` = the programme's
+  :func:`~biomjepa.train.jepa.centred_targets`). Candidate block ``B`` = the programme's
   vocabulary genes; target ``T = B ∩ O(x)``; block id = lower median vocabulary index of ``B``
   (as the sampler); context ``C = O(x) \\ T``; DMT candidates ``C ∩ N^coexp_dmt_k(c)``, all
   context when empty (all context always for ``random_block`` runs). The predictor sequence has
