@@ -86,3 +86,42 @@ def test_chunked_inference_path_equals_naive(monkeypatch, masked):
     ref = naive_linear_attention(q, k, v, mask if masked else None)
     real = mask[:, None, :, None].expand_as(ref)
     torch.testing.assert_close(fast[real], ref[real], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_streamed_block_equals_whole_block(monkeypatch, masked):
+    """CPU inference streams projections, attention and FFN in token chunks: same block output."""
+    import biomjepa.nn.attention as attn
+
+    torch.manual_seed(0)
+    block = EncoderBlock(d_model=16, n_heads=4, d_ff=32).double().eval()
+    x = torch.randn(2, 37, 16, dtype=torch.float64)
+    mask = torch.ones(2, 37, dtype=torch.bool)
+    if masked:
+        mask[1, 20:] = False
+    m = mask if masked else None
+    with torch.no_grad():
+        whole = block(x, m)  # 2·37·32 elements per FFN activation < CHUNK_ELEMENTS: runs whole
+    x_before = x.clone()
+    monkeypatch.setattr(attn, "CHUNK_ELEMENTS", 100)  # 1 token per FFN chunk, 3 per attention chunk
+    with torch.inference_mode():
+        streamed = block(x, m)
+    torch.testing.assert_close(x, x_before, rtol=0, atol=0)
+    real = mask[..., None].expand_as(whole)
+    torch.testing.assert_close(streamed[real], whole[real], rtol=1e-10, atol=1e-12)
+
+
+def test_block_streams_only_for_cpu_inference(monkeypatch):
+    """Training mode or autograd keeps the whole-length path (the one autograd differentiates)."""
+    import biomjepa.nn.attention as attn
+
+    monkeypatch.setattr(attn, "CHUNK_ELEMENTS", 100)
+    block = EncoderBlock(d_model=16, n_heads=4, d_ff=32)
+    x = torch.randn(2, 37, 16)
+    assert attn.streamed_step(x, 2 * 32, training=False) is None  # grad enabled
+    with torch.no_grad():
+        assert attn.streamed_step(x, 2 * 32, training=True) is None
+        assert attn.streamed_step(x, 2 * 32, training=False) == 1
+    y = block.eval()(x)
+    y.sum().backward()  # the whole-length path with autograd still trains
+    assert block.ffn[0].weight.grad is not None

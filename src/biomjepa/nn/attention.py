@@ -61,6 +61,29 @@ def linear_attention(
     return out[..., :-1] / (out[..., -1:] + eps)
 
 
+def _kv_summary(k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Key–value summary ‖ normalizer ``[B, H, d_h, d_h + 1]`` of one token chunk (no autograd).
+
+    ``k``, ``v`` ``[B, H, chunk, d_h]``; ``mask`` ``[B, chunk]`` or ``None``. φ(k) is formed in
+    place of a fresh tensor and padded keys are zeroed there.
+    """
+    kc = feature_map(k)
+    if mask is not None:
+        kc.mul_(mask[:, None, :, None].to(kc.dtype))
+    kct = kc.transpose(-1, -2)
+    return torch.cat([kct @ v, kct.sum(-1, keepdim=True)], dim=-1)
+
+
+def _apply_summary(q: torch.Tensor, kv: torch.Tensor, eps: float, out: torch.Tensor) -> torch.Tensor:
+    """``φ(q) @ kv`` with the normalizer division written straight into ``out`` ``[B, H, chunk, d_h]``."""
+    o = feature_map(q) @ kv  # [B, H, chunk, d_h + 1]
+    return torch.div(o[..., :-1], o[..., -1:].add_(eps), out=out)
+
+
+def _accumulate(total: torch.Tensor | None, part: torch.Tensor) -> torch.Tensor:
+    return part if total is None else total.add_(part)
+
+
 def _chunked_linear_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, eps: float, step: int
 ) -> torch.Tensor:
@@ -71,22 +94,14 @@ def _chunked_linear_attention(
     The output is stored token-major (``[B, T, H, d_h]`` memory, returned as the ``[B, H, T, d_h]``
     view), so merging the heads afterwards (``y.transpose(1, 2).reshape(B, T, H·d_h)``) is free.
     """
-    t = q.shape[-2]
+    b, h, t, dh = q.shape
     kv = None
     for s in range(0, t, step):
-        kc = feature_map(k[..., s : s + step, :])
-        if mask is not None:
-            kc.mul_(mask[:, None, s : s + step, None].to(kc.dtype))
-        kct = kc.transpose(-1, -2)
-        part = torch.cat([kct @ v[..., s : s + step, :], kct.sum(-1, keepdim=True)], dim=-1)
-        kv = part if kv is None else kv.add_(part)
-    out = None
+        m = None if mask is None else mask[:, s : s + step]
+        kv = _accumulate(kv, _kv_summary(k[..., s : s + step, :], v[..., s : s + step, :], m))
+    out = q.new_empty(b, t, h, dh).transpose(1, 2)
     for s in range(0, t, step):
-        o = feature_map(q[..., s : s + step, :]) @ kv  # [B, H, chunk, d_h + 1]
-        if out is None:
-            b, h, _, dh = q.shape
-            out = o.new_empty(b, t, h, dh).transpose(1, 2)
-        torch.div(o[..., :-1], o[..., -1:].add_(eps), out=out[..., s : s + step, :])
+        _apply_summary(q[..., s : s + step, :], kv, eps, out[..., s : s + step, :])
     return out
 
 
@@ -115,7 +130,45 @@ class LinearSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` ``[B, T, D]``, ``mask`` ``[B, T]`` → ``[B, T, D]``."""
         b, t, d = x.shape
+        step = streamed_step(x, b * d, self.training)
+        if step is not None:
+            return self._forward_streamed(x, mask, step)
         qkv = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         y = linear_attention(qkv[0], qkv[1], qkv[2], mask, self.eps)  # [B, H, T, d_h]
         y = y.transpose(1, 2).reshape(b, t, d)
         return self.dropout(self.out(y))
+
+    def _forward_streamed(self, x: torch.Tensor, mask: torch.Tensor | None, step: int) -> torch.Tensor:
+        """:meth:`forward` for CPU inference, ``step`` tokens at a time, projections included.
+
+        Pass 1 projects keys and values chunk by chunk into the key–value summary; pass 2 projects
+        queries, applies the summary and the output projection chunk by chunk. No ``[B, T, 3D]``
+        projection or other whole-length temporary exists, only the ``[B, T, D]`` output.
+        """
+        b, t, d = x.shape
+        h, dh = self.n_heads, d // self.n_heads
+        w, bias = self.qkv.weight, self.qkv.bias
+        kv = None
+        for s in range(0, t, step):
+            kvc = F.linear(x[:, s : s + step], w[d:], bias[d:]).view(b, -1, 2, h, dh).permute(2, 0, 3, 1, 4)
+            kv = _accumulate(kv, _kv_summary(kvc[0], kvc[1], None if mask is None else mask[:, s : s + step]))
+        out = x.new_empty(b, t, d)
+        for s in range(0, t, step):
+            qc = F.linear(x[:, s : s + step], w[:d], bias[:d]).view(b, -1, h, dh).transpose(1, 2)
+            yc = qc.new_empty(b, qc.shape[2], h, dh)
+            _apply_summary(qc, kv, self.eps, yc.transpose(1, 2))
+            out[:, s : s + step] = self.out(yc.view(b, -1, d))
+        return out
+
+
+def streamed_step(x: torch.Tensor, elements_per_token: int, training: bool) -> int | None:
+    """Tokens per chunk for the streamed CPU inference path of a block, or ``None`` to run whole.
+
+    Streams only on CPU, without autograd, outside training mode, and when the sequence is longer
+    than one chunk of :data:`CHUNK_ELEMENTS` elements (``elements_per_token`` per token of the
+    batch, e.g. ``B·D``).
+    """
+    if x.device.type != "cpu" or training or torch.is_grad_enabled():
+        return None
+    step = max(1, CHUNK_ELEMENTS // max(1, elements_per_token))
+    return step if x.shape[1] > step else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import LinearSelfAttention
+from .attention import LinearSelfAttention, streamed_step
 from .config import ModelConfig
 
 
@@ -52,8 +52,24 @@ class EncoderBlock(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        step = streamed_step(x, x.shape[0] * self.ffn[0].out_features, self.training)
+        if step is not None:
+            return self._forward_streamed(x, mask, step)
         x = x + self.attn(self.ln1(x), mask)
         return x + self.ffn(self.ln2(x))
+
+    def _forward_streamed(self, x: torch.Tensor, mask: torch.Tensor | None, step: int) -> torch.Tensor:
+        """:meth:`forward` for CPU inference: the FFN runs ``step`` tokens at a time, in place.
+
+        The FFN is per token, so chunking it changes nothing but the size of its ``[B, T, d_ff]``
+        activation, which would otherwise be the largest tensor of the block (page-faulted anew on
+        every call once above the allocator's mmap threshold). The attention streams itself.
+        """
+        y = self.attn(self.ln1(x), mask).add_(x)  # a fresh tensor: the caller's x is untouched
+        for s in range(0, y.shape[1], step):
+            yc = y[:, s : s + step]
+            yc.add_(self.ffn(self.ln2(yc)))
+        return y
 
 
 class Encoder(nn.Module):
