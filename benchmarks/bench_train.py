@@ -1,12 +1,17 @@
-"""Training throughput of BioM-JEPA pretraining: cells/s, tokens/s and achieved GFLOP/s.
+"""Pretraining step throughput: cells/s, tokens/s and achieved GFLOP/s against a same-run GEMM.
 
-Synthetic cells (``--genes`` observed genes each, drawn from a random graph's component) through
-the real loop (:class:`biomjepa.train.loop.Trainer`), timed per optimizer step after one warm-up
-step. FLOPs are the matmul count: 6·P·tokens for the student and predictor (forward + backward)
-and 2·P·tokens for the teacher (forward only), with P the per-token matmul parameters.
+Synthetic cells (``--genes`` observed genes each, drawn from a random graph's component) go
+through the real loop (:class:`biomjepa.train.loop.Trainer`: block sampling, teacher forward,
+student + predictor forward and backward, AdamW, EMA and centre updates), timed per optimizer step
+after one warm-up step. The matmul FLOPs of a step are counted, not estimated: one extra step runs
+under :class:`torch.utils.flop_counter.FlopCounterMode` (forward and backward, teacher, student and
+predictor), giving FLOPs per processed token (teacher + student tokens), which times the timed
+steps' tokens/s is the achieved rate. The reference is a float32 GEMM of shape
+``[batch·genes, d] @ [d, d_ff]`` measured in the same process. Prints a table, writes
+``results/bench_train_<preset>.csv``.
 
-    PYTHONPATH=src python benchmarks/bench_train.py --preset mini --steps 5
-    PYTHONPATH=src python benchmarks/bench_train.py --preset base --steps 2 --genes 3463 --batch 2
+    python benchmarks/bench_train.py --preset mini --steps 5
+    python benchmarks/bench_train.py --preset base --steps 2 --genes 1800 --batch 2
 """
 
 from __future__ import annotations
@@ -23,18 +28,25 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "train"))
 
 
-def matmul_params(d: int, d_ff: int, layers: int) -> int:
-    return layers * (4 * d * d + 2 * d * d_ff)
+def _step_tokens(row: dict) -> float:
+    """Teacher + student tokens of the step a loop row describes (its rates times its own duration)."""
+    return row["tokens_per_s"] / row["cells_per_s"] * row["_cells"]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="mini", choices=["mini", "base"])
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--genes", type=int, default=1500)
+    ap.add_argument("--steps", type=int, default=5, help="timed optimizer steps (after one warm-up)")
+    ap.add_argument("--genes", type=int, default=1500, help="observed genes per synthetic cell")
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    ap.add_argument("--out", default=None, help="CSV name under results/ (default bench_train_<preset>.csv)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     import _kit
+    from _common import gemm_gflops, write_csv
+    from torch.utils.flop_counter import FlopCounterMode
 
     from biomjepa.train import TrainConfig
     from biomjepa.train.distributed import init_distributed
@@ -45,7 +57,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     from scipy import sparse
 
-    n = args.batch * (args.steps + 1)
+    n = args.batch * (args.steps + 2)
     g = np.stack([np.sort(rng.choice(_kit.UNIVERSE, args.genes, replace=False)) for _ in range(n)])
     X = sparse.csr_matrix((np.ones(g.size, np.float32) * 3, g.ravel(), np.arange(0, g.size + 1, args.genes)),
                           shape=(n, _kit.V))
@@ -55,25 +67,43 @@ def main() -> None:
     cfg = TrainConfig.from_dict({
         "preset": args.preset, "corpus": [str(tmp / "d" / "s.npz")], "cache_dir": str(tmp / "c"),
         "graph": _kit.make_graph(tmp), "out_dir": str(tmp / "r"), "batch_size": args.batch, "accumulation": 1,
-        "steps": args.steps + 1, "min_block": int(0.1 * _kit.UNIVERSE), "max_block": int(0.4 * _kit.UNIVERSE),
+        "steps": args.steps + 2, "min_block": int(0.1 * _kit.UNIVERSE), "max_block": int(0.4 * _kit.UNIVERSE),
         "min_context": 64, "progress": False, "tensorboard": False, "checkpoint_every": 10**9})
     tr = Trainer(cfg, init_distributed(cfg.device))
     data = tr.batches()
-    rows, times = [], []
-    for _ in range(args.steps + 1):
+
+    def step() -> tuple[dict, float]:
         t0 = time.perf_counter()
-        rows.append(tr.train_step(data))
-        times.append(time.perf_counter() - t0)
+        row = tr.train_step(data)
+        dt = time.perf_counter() - t0
         tr.step += 1
+        return row | {"_cells": args.batch * cfg.accumulation}, dt
+
+    step()  # warm-up
+    timed = [step() for _ in range(args.steps)]
+    with FlopCounterMode(display=False) as counter:
+        counted, _ = step()
+    flops_per_token = counter.get_total_flops() / _step_tokens(counted)
+
+    dt = float(np.mean([t for _, t in timed]))
+    tokens = float(np.mean([_step_tokens(r) for r, _ in timed]))
     mc = cfg.model_config()
-    enc = matmul_params(mc.d_model, mc.d_ff, mc.n_layers)
-    dt = float(np.mean(times[1:]))
-    teacher_tok = args.batch * (args.genes + 2)
-    student_tok = np.mean([r["tokens_per_s"] * t for r, t in zip(rows[1:], times[1:])]) - teacher_tok
-    flops = 6 * enc * student_tok + 2 * enc * teacher_tok
-    print(f"preset={args.preset} device={tr.info.device} threads={torch.get_num_threads()} genes/cell={args.genes}")
-    print(f"step {dt:.3f} s | cells/s {args.batch / dt:.2f} | tokens/s {(student_tok + teacher_tok) / dt:.0f} | "
-          f"achieved {flops / dt / 1e9:.2f} GFLOP/s (encoder matmuls)")
+    gflops = flops_per_token * tokens / dt / 1e9
+    gemm = gemm_gflops(args.batch * args.genes, mc.d_model, mc.d_ff)
+    row = {
+        "preset": args.preset, "device": str(tr.info.device), "threads": torch.get_num_threads(),
+        "batch_size": args.batch, "genes_per_cell": args.genes, "timed_steps": args.steps,
+        "step_s": dt, "cells_per_s": args.batch / dt, "tokens_per_s": tokens / dt,
+        "flops_per_token": flops_per_token, "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,
+        "loss_first": timed[0][0]["loss"], "loss_last": timed[-1][0]["loss"],
+    }
+    path = write_csv([row], args.out or f"bench_train_{args.preset}.csv")
+    print(f"preset={args.preset} device={row['device']} threads={row['threads']} batch={args.batch} "
+          f"genes/cell={args.genes}")
+    print(f"step {dt:.3f} s | {row['cells_per_s']:.2f} cells/s | {row['tokens_per_s']:.0f} tokens/s | "
+          f"{flops_per_token / 1e6:.1f} MFLOP/token (counted) | {gflops:.1f} GFLOP/s | same-run GEMM "
+          f"{gemm:.1f} GFLOP/s | ratio {row['fraction_of_gemm']:.2f}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
