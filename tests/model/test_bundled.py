@@ -56,3 +56,25 @@ def test_bundled_model_separates_pancreas_cell_types():
     agree = float((y[idx] == y[:, None]).mean())
     chance = float(sum((y == c).mean() ** 2 for c in np.unique(y)))
     assert agree > chance + AGREE_MARGIN, (agree, chance)
+
+
+def test_full_length_cells_embed_the_same_whatever_the_batch_size(monkeypatch):
+    """Real full-length cells (966–3,164 genes) take the streamed CPU path, whose token chunks
+    depend on the batch size. The embedding must equal the whole-length path's (up to float
+    summation order) at every batch size and cell order."""
+    import biomjepa.nn.attention as attn
+
+    adata = bj.datasets.pancreas()[:40].copy()
+    bj.pp.map_vocab(adata)
+    genes = np.asarray((adata.X > 0).sum(axis=1)).ravel()
+    d_ff = bj.load_model().config.d_ff
+    assert genes.min() + 2 > attn.CHUNK_ELEMENTS // (7 * d_ff)  # batch 7: several chunks per batch
+    with monkeypatch.context() as m:
+        m.setattr(attn, "CHUNK_ELEMENTS", 1 << 40)  # nothing streams: the whole-length reference
+        ref = bj.tl.embed(adata, batch_size=8, copy=True).obsm["X_biomjepa"]
+    for bs in (1, 7, 40):
+        other = bj.tl.embed(adata, batch_size=bs, copy=True).obsm["X_biomjepa"]
+        np.testing.assert_allclose(other, ref, atol=1e-5, rtol=0)
+    perm = np.random.default_rng(0).permutation(adata.n_obs)
+    shuffled = bj.tl.embed(adata[perm].copy(), batch_size=8, copy=True).obsm["X_biomjepa"]
+    np.testing.assert_allclose(shuffled[np.argsort(perm)], ref, atol=1e-5, rtol=0)
