@@ -32,18 +32,39 @@ def encoder_flops_per_token(cfg) -> float:
     return cfg.n_layers * per_layer + 2 * b + 2 * b * b + 2 * b * d
 
 
-def gemm_gflops(m: int, k: int, n: int, repeats: int = 5) -> float:
-    """Achieved GFLOP/s of a float32 ``[m, k] @ [k, n]`` matmul measured now (best of ``repeats``)."""
+def gemm_gflops(m: int, k: int, n: int, repeats: int = 5, device: str = "cpu") -> float:
+    """Achieved GFLOP/s of a ``[m, k] @ [k, n]`` matmul measured now (best of ``repeats``).
+
+    float32 on CPU; bf16 on CUDA (what autocast runs the model's matmuls in), synchronized.
+    """
     import torch
 
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    a @ b
+    dev = torch.device(device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
     best = float("inf")
-    for _ in range(repeats):
+    for i in range(repeats + 1):  # the first call is a warm-up
+        sync(dev)
         t0 = time.perf_counter()
         a @ b
-        best = min(best, time.perf_counter() - t0)
+        sync(dev)
+        if i:
+            best = min(best, time.perf_counter() - t0)
     return 2 * m * k * n / best / 1e9
+
+
+def peak_gemm_gflops(device: str = "cpu", size: int | None = None) -> float:
+    """The best GEMM rate the device reaches here: a large square matmul (8,192 on CUDA, 2,048 on CPU)."""
+    size = size or (8192 if str(device).startswith("cuda") else 2048)
+    return gemm_gflops(size, size, size, repeats=5, device=device)
+
+
+def sync(device) -> None:
+    """Wait for queued CUDA work (timings on CUDA are otherwise launch times)."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def write_csv(rows: list[dict], name: str) -> Path:

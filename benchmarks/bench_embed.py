@@ -13,8 +13,12 @@ batches of the same size in the cells' (shuffled) input order vs. length-sorted 
 tokens per batch, so long cells come in smaller batches: "+cap"). Packed variable-length execution, which
 would have no padding, is not implemented.
 
+On CUDA (``--device cuda``) the model runs as ``tl.embed`` runs it there (bf16 autocast), the GEMM
+reference is bf16, and every cell set is used for ``base`` too (on CPU ``base`` times 64 cells).
+Each row also gives the fraction of the best square-GEMM rate measured in the same run ("peak").
+
     python benchmarks/bench_embed.py [--cells 256] [--batch-size 8] [--configs mini base]
-        [--padding-batch-sizes 8 64] [--padding-cells 0 (all)] [--padding-only]
+        [--padding-batch-sizes 8 64] [--padding-cells 0 (all)] [--padding-only] [--device cpu]
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import argparse
 import time
 
 import numpy as np
-from _common import SHARED, encoder_flops_per_token, gemm_gflops, write_csv
+from _common import SHARED, encoder_flops_per_token, gemm_gflops, peak_gemm_gflops, write_csv
 
 
 def load_cells(n_cells: int, genes_per_cell: int | None, seed: int = 0):
@@ -50,7 +54,7 @@ def load_cells(n_cells: int, genes_per_cell: int | None, seed: int = 0):
     return TokenizedCells(indptr, cells.genes[keep], cells.values[keep], cells.library)
 
 
-def run(cfg_name: str, cells, batch_size: int, label: str) -> dict:
+def run(cfg_name: str, cells, batch_size: int, label: str, device: str = "cpu", peak: float | None = None) -> dict:
     import torch
 
     from biomjepa.model import BiomJEPA
@@ -60,20 +64,26 @@ def run(cfg_name: str, cells, batch_size: int, label: str) -> dict:
     cfg = ModelConfig.preset(cfg_name)
     torch.manual_seed(0)
     model = BiomJEPA(cfg).eval()
-    embed_cells(model, cells.subset(np.arange(min(batch_size, len(cells)))), batch_size=batch_size)  # warm-up
+    dev = torch.device(device)
+    warm = cells.subset(np.arange(min(batch_size, len(cells))))
+    embed_cells(model, warm, batch_size=batch_size, device=dev)  # warm-up (returns host arrays: synchronized)
     t0 = time.perf_counter()
-    embed_cells(model, cells, batch_size=batch_size)
+    embed_cells(model, cells, batch_size=batch_size, device=dev)
     dt = time.perf_counter() - t0
     tokens = int(cells.lengths.sum() + 2 * len(cells))
     gflops = encoder_flops_per_token(cfg) * tokens / dt / 1e9
     mean_len = int(cells.lengths.mean()) + 2
-    gemm = gemm_gflops(batch_size * mean_len, cfg.d_model, cfg.d_ff)
-    return {
+    gemm = gemm_gflops(batch_size * mean_len, cfg.d_model, cfg.d_ff, device=device)
+    row = {
         "config": cfg_name, "cells": label, "n_cells": len(cells), "batch_size": batch_size,
         "mean_tokens": mean_len, "cells_per_s": len(cells) / dt, "tokens_per_s": tokens / dt,
         "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "device": device,
+        "dtype": "bf16 autocast" if dev.type == "cuda" else "float32",
     }
+    if peak:
+        row.update(peak_gflops=peak, fraction_of_peak=gflops / peak)
+    return row
 
 
 def padding_rows(sets: dict, batch_sizes: list[int]) -> list[dict]:
@@ -111,6 +121,8 @@ def main() -> None:
                    help="batch sizes of the padding table (64 = tl.embed's default)")
     p.add_argument("--padding-cells", type=int, default=0, help="cells for the padding table (0: all)")
     p.add_argument("--padding-only", action="store_true", help="only the (model-free) padding table")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (CUDA: bf16 autocast, bf16 GEMM reference)")
+    p.add_argument("--out", default="bench_embed.csv", help="CSV name under results/")
     args = p.parse_args()
 
     import pandas as pd
@@ -124,18 +136,21 @@ def main() -> None:
     if args.padding_only:
         return
     sets = {"baron_full": load_cells(args.cells, None), "baron_400": load_cells(args.cells, 400)}
+    peak = peak_gemm_gflops(args.device)
+    print(f"device {args.device}: best square-GEMM rate measured now {peak:.1f} GFLOP/s")
     rows = []
     for cfg in args.configs:
         for label, cells in sets.items():
-            n = len(cells) if cfg != "base" else min(len(cells), 64)
-            rows.append(run(cfg, cells.subset(np.arange(n)), args.batch_size, label))
+            n = len(cells) if cfg != "base" or args.device != "cpu" else min(len(cells), 64)
+            rows.append(run(cfg, cells.subset(np.arange(n)), args.batch_size, label, args.device, peak))
             r = rows[-1]
             print(
                 f"{r['config']:>5} {r['cells']:>10} n={r['n_cells']:4d} tok/cell={r['mean_tokens']:5d} "
                 f"{r['cells_per_s']:8.1f} cells/s {r['tokens_per_s']:10.0f} tok/s "
                 f"{r['gflops']:7.1f} GFLOP/s  GEMM {r['gemm_gflops']:7.1f}  ratio {r['fraction_of_gemm']:.2f}"
+                f"  of peak {r['fraction_of_peak']:.2f}"
             )
-    print("wrote", write_csv(rows, "bench_embed.csv"))
+    print("wrote", write_csv(rows, args.out))
 
 
 if __name__ == "__main__":

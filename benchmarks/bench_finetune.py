@@ -60,7 +60,7 @@ def train_flops_per_cell(cfg, n_tokens: float, n_classes: int) -> float:
     return per_token * n_tokens + 3 * head
 
 
-def time_config(name: str, cells, codes, split, n_train: int, n_heldout: int, batch: int) -> dict:
+def time_config(name: str, cells, codes, split, n_train: int, n_heldout: int, batch: int, device: str = "cpu") -> dict:
     import torch
 
     from biomjepa.nn import Encoder, ModelConfig
@@ -69,20 +69,20 @@ def time_config(name: str, cells, codes, split, n_train: int, n_heldout: int, ba
     cfg = ModelConfig.preset(name)
     n_classes = int(codes.max()) + 1
     torch.manual_seed(0)
-    model = ft.FinetuneModel(Encoder(cfg), n_classes)
+    dev = torch.device(device)
+    model = ft.FinetuneModel(Encoder(cfg), n_classes).to(dev)
     counts = ft.mark_trainable(model)
     opt = ft.make_optimizer(model)
     rng = np.random.default_rng(0)
     train = rng.permutation(np.flatnonzero(split == "train"))
     held = rng.permutation(np.flatnonzero(split != "train"))
-    cpu = torch.device("cpu")
     warm = train[-batch:]
-    ft.train_epoch(model, cells.subset(warm), codes[warm], opt, batch_size=batch, rng=rng, device=cpu)
+    ft.train_epoch(model, cells.subset(warm), codes[warm], opt, batch_size=batch, rng=rng, device=dev)
     tr = train[: n_train or len(train) - batch]
-    stats = ft.train_epoch(model, cells.subset(tr), codes[tr], opt, batch_size=batch, rng=rng, device=cpu)
-    ft.predict_proba(model, cells.subset(held[-batch:]), batch_size=batch, device=cpu)
+    stats = ft.train_epoch(model, cells.subset(tr), codes[tr], opt, batch_size=batch, rng=rng, device=dev)
+    ft.predict_proba(model, cells.subset(held[-batch:]), batch_size=batch, device=dev)
     ho = held[: n_heldout or len(held)]
-    _, held_s = ft.predict_proba(model, cells.subset(ho), batch_size=batch, device=cpu)
+    _, held_s = ft.predict_proba(model, cells.subset(ho), batch_size=batch, device=dev)
     tokens = float(cells.lengths[tr].mean() + 2)
     flops = train_flops_per_cell(cfg, tokens, n_classes) * len(tr)
     return {
@@ -100,7 +100,7 @@ def time_config(name: str, cells, codes, split, n_train: int, n_heldout: int, ba
     }
 
 
-def run_api(adata, batch: int) -> dict:
+def run_api(adata, batch: int, device: str = "cpu") -> dict:
     """Full one-epoch ``bj.tl.finetune`` with a random-init ``mini`` checkpoint (end-to-end path)."""
     import tempfile
 
@@ -115,7 +115,7 @@ def run_api(adata, batch: int) -> dict:
         BiomJEPA(ModelConfig.preset("mini")), tempfile.mkdtemp(), provenance={"kind": "random-init"}
     )
     t0 = time.perf_counter()
-    finetune(adata, label_key="cell_type1", checkpoint=str(path), batch_size=batch, device="cpu")
+    finetune(adata, label_key="cell_type1", checkpoint=str(path), batch_size=batch, device=device)
     res = adata.uns["biomjepa_finetune"]
     return {
         "config": "mini (tl.finetune, full epoch)",
@@ -144,6 +144,7 @@ def main() -> None:
     ap.add_argument("--genes", type=int, default=None, help="subsample cells to this many genes")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--api", action="store_true", help="also run the full tl.finetune epoch (mini)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N] (CUDA: bf16 autocast, as tl.finetune)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -155,15 +156,15 @@ def main() -> None:
     for i, name in enumerate(args.configs):
         n_tr = args.train_cells[min(i, len(args.train_cells) - 1)]
         n_ho = args.heldout_cells[min(i, len(args.heldout_cells) - 1)]
-        rows.append(time_config(name, cells, codes, split, n_tr, n_ho, args.batch_size))
+        rows.append(time_config(name, cells, codes, split, n_tr, n_ho, args.batch_size, args.device))
     if args.api:
-        rows.append(run_api(adata, args.batch_size))
+        rows.append(run_api(adata, args.batch_size, args.device))
     machine = f"{platform.processor() or platform.machine()}, torch {torch.__version__}, threads {torch.get_num_threads()}"
     data = "baron" + (f"-{args.genes}genes" if args.genes else "")
     for r in rows:
-        r.update(device="cpu", machine=machine, data=data, weights="random-init")
+        r.update(device=args.device, machine=machine, data=data, weights="random-init")
     print(
-        f"Partial fine-tuning throughput on {data} ({len(cells)} cells, CPU, {machine}); random-init weights"
+        f"Partial fine-tuning throughput on {data} ({len(cells)} cells, {args.device}, {machine}); random-init weights"
     )
     print(
         f"{'config':<32}{'train c/s':>11}{'held-out c/s':>14}{'GFLOP/s':>10}{'tokens/cell':>13}{'trainable':>12}"
