@@ -67,6 +67,16 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def best_time(fn, repeats: int = 3) -> float:
+    """Best wall time of ``repeats`` calls of ``fn`` (the caller has already warmed it up)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def write_csv(rows: list[dict], name: str) -> Path:
     import pandas as pd
 

@@ -34,22 +34,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
-from _common import fit_exponent, peak_rss_mib, reset_peak_rss, rss_mib, write_csv
+from _common import best_time, fit_exponent, peak_rss_mib, reset_peak_rss, rss_mib, write_csv
 
 MARK = "@@measure "
-
-
-def timeit(fn, repeats: int = 3) -> float:
-    """Best wall time of ``repeats`` calls (the caller has already warmed ``fn`` up)."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 class DenseSelfAttention:
@@ -111,7 +100,7 @@ def measure(spec: dict) -> dict:
         base = rss_mib()
         fn()
         peak = peak_rss_mib() - base
-        seconds = timeit(fn, spec["repeats"])
+        seconds = best_time(fn, spec["repeats"])
     return {
         "seconds": seconds,
         "peak_mib": peak,

@@ -19,16 +19,7 @@ import tempfile
 import time
 
 import torch
-from _common import write_csv
-
-
-def best_of(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+from _common import best_time, write_csv
 
 
 def main() -> None:
@@ -60,8 +51,8 @@ def main() -> None:
             t0 = time.perf_counter()
             comp_out = compiled(*inputs)
             first = time.perf_counter() - t0
-            comp = best_of(lambda: compiled(*inputs), args.repeats)  # noqa: B023
-            eager = best_of(lambda: enc(*inputs), args.repeats)  # noqa: B023
+            comp = best_time(lambda: compiled(*inputs), args.repeats)  # noqa: B023
+            eager = best_time(lambda: enc(*inputs), args.repeats)  # noqa: B023
             rows.append({
                 "config": args.config, "layers": cfg.n_layers, "batch_size": b, "tokens": t,
                 "eager_ms": 1e3 * eager, "compiled_ms": 1e3 * comp, "speedup": eager / comp,
