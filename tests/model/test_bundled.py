@@ -78,3 +78,24 @@ def test_full_length_cells_embed_the_same_whatever_the_batch_size(monkeypatch):
     perm = np.random.default_rng(0).permutation(adata.n_obs)
     shuffled = bj.tl.embed(adata[perm].copy(), batch_size=8, copy=True).obsm["X_biomjepa"]
     np.testing.assert_allclose(shuffled[np.argsort(perm)], ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.gpu
+def test_bf16_cuda_embedding_matches_float32_cpu():
+    """On CUDA, tl.embed runs under bf16 autocast; the embedding must stay what float32 on the CPU
+    gives: per-cell cosine ≥ 0.99 and the same nearest neighbours for most cells."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from sklearn.neighbors import NearestNeighbors
+
+    adata = bj.datasets.pancreas()[:128].copy()
+    bj.pp.map_vocab(adata)
+    ref = bj.tl.embed(adata, device="cpu", copy=True).obsm["X_biomjepa"]
+    out = bj.tl.embed(adata, device="cuda", copy=True).obsm["X_biomjepa"]
+    assert out.dtype == np.float32 and np.isfinite(out).all()
+    cos = (ref * out).sum(1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(out, axis=1))
+    assert cos.min() >= 0.99, cos.min()
+    knn = [NearestNeighbors(n_neighbors=6).fit(z).kneighbors(z, return_distance=False)[:, 1:] for z in (ref, out)]
+    overlap = np.mean([len(set(a) & set(b)) / 5 for a, b in zip(*knn)])
+    assert overlap >= 0.8, overlap
