@@ -38,6 +38,14 @@ from _common import RssSampler, peak_rss_mib, reset_peak_rss, rss_mib, write_csv
 TARGET_MIB = 2048.0
 
 
+def _file_nnz(path: Path) -> int:
+    """Stored nonzeros of the file's CSR ``X`` (a cached file was not generated in this run)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return int(f["X"]["data"].shape[0])
+
+
 def _gene_names(n_genes: int, rng: np.random.Generator) -> np.ndarray:
     from biomjepa.data.vocab import Vocab
 
@@ -187,7 +195,7 @@ def main() -> None:
     row = {
         "cells": adata.n_obs,
         "genes": adata.n_vars,
-        "nnz": int(gen.get("nnz", 0)) or None,
+        "nnz": int(gen.get("nnz", 0)) or _file_nnz(path),
         "genes_per_cell_median": n_genes["n_genes_median"],
         "file_mib": path.stat().st_size / 2**20,
         "checkpoint": model.info.get("name", "?"),
