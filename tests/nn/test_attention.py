@@ -88,24 +88,32 @@ def test_chunked_inference_path_equals_naive(monkeypatch, masked):
     torch.testing.assert_close(fast[real], ref[real], rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("chunk", [100, 2400])  # one cell in several token blocks; two whole cells per block
 @pytest.mark.parametrize("masked", [False, True])
-def test_streamed_block_equals_whole_block(monkeypatch, masked):
+def test_streamed_block_equals_whole_block(monkeypatch, masked, chunk):
     """CPU inference streams projections, attention and FFN in token chunks: same block output."""
     import biomjepa.nn.attention as attn
 
     torch.manual_seed(0)
     block = EncoderBlock(d_model=16, n_heads=4, d_ff=32).double().eval()
-    x = torch.randn(2, 37, 16, dtype=torch.float64)
-    mask = torch.ones(2, 37, dtype=torch.bool)
+    x = torch.randn(5, 37, 16, dtype=torch.float64)
+    mask = torch.ones(5, 37, dtype=torch.bool)
     if masked:
         mask[1, 20:] = False
+        mask[2, 5:] = False
     m = mask if masked else None
     with torch.no_grad():
-        whole = block(x, m)  # 2·37·32 elements per FFN activation < CHUNK_ELEMENTS: runs whole
+        whole = block(x, m)  # 5·37·32 elements per FFN activation < CHUNK_ELEMENTS: runs whole
     x_before = x.clone()
-    monkeypatch.setattr(attn, "CHUNK_ELEMENTS", 100)  # 1 token per FFN chunk, 3 per attention chunk
+    monkeypatch.setattr(attn, "CHUNK_ELEMENTS", chunk)
+    blocks = attn.token_blocks(5, 37, chunk // 32)  # what the attention streams over (d = 16)
+    assert len(blocks) == (5 * 13 if chunk == 100 else 3)  # 3-token ranges / cells 0–1, 2–3, 4
+    calls = []
+    streamed_attn = attn.LinearSelfAttention._forward_streamed
+    monkeypatch.setattr(attn.LinearSelfAttention, "_forward_streamed", lambda *a: calls.append(1) or streamed_attn(*a))
     with torch.inference_mode():
         streamed = block(x, m)
+    assert calls == [1]  # the streamed path really ran
     torch.testing.assert_close(x, x_before, rtol=0, atol=0)
     real = mask[..., None].expand_as(whole)
     torch.testing.assert_close(streamed[real], whole[real], rtol=1e-10, atol=1e-12)

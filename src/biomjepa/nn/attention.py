@@ -130,35 +130,52 @@ class LinearSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` ``[B, T, D]``, ``mask`` ``[B, T]`` → ``[B, T, D]``."""
         b, t, d = x.shape
-        step = streamed_step(x, b * d, self.training)
-        if step is not None:
-            return self._forward_streamed(x, mask, step)
+        if streamed_step(x, b * d, self.training) is not None:
+            return self._forward_streamed(x, mask)
         qkv = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         y = linear_attention(qkv[0], qkv[1], qkv[2], mask, self.eps)  # [B, H, T, d_h]
         y = y.transpose(1, 2).reshape(b, t, d)
         return self.dropout(self.out(y))
 
-    def _forward_streamed(self, x: torch.Tensor, mask: torch.Tensor | None, step: int) -> torch.Tensor:
-        """:meth:`forward` for CPU inference, ``step`` tokens at a time, projections included.
+    def _forward_streamed(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`forward` for CPU inference, in contiguous token blocks, projections included.
 
-        Pass 1 projects keys and values chunk by chunk into the key–value summary; pass 2 projects
-        queries, applies the summary and the output projection chunk by chunk. No ``[B, T, 3D]``
-        projection or other whole-length temporary exists, only the ``[B, T, D]`` output.
+        Pass 1 projects keys and values block by block into each cell's key–value summary; pass 2
+        projects queries, applies the summary and writes the output projection straight into the
+        ``[B, T, D]`` output. A block (:func:`token_blocks`) is a run of whole cells or a token
+        range of one cell, so every slice is contiguous (no gather copies) and no ``[B, T, 3D]``
+        projection or other whole-length temporary exists.
         """
         b, t, d = x.shape
         h, dh = self.n_heads, d // self.n_heads
+        x = x.contiguous()
         w, bias = self.qkv.weight, self.qkv.bias
-        kv = None
-        for s in range(0, t, step):
-            kvc = F.linear(x[:, s : s + step], w[d:], bias[d:]).view(b, -1, 2, h, dh).permute(2, 0, 3, 1, 4)
-            kv = _accumulate(kv, _kv_summary(kvc[0], kvc[1], None if mask is None else mask[:, s : s + step]))
+        blocks = token_blocks(b, t, max(1, CHUNK_ELEMENTS // (2 * d)))
+        kv = x.new_zeros(b, h, dh, dh + 1)
+        for cells, toks in blocks:
+            kvc = F.linear(x[cells, toks], w[d:], bias[d:])
+            kvc = kvc.view(kvc.shape[0], kvc.shape[1], 2, h, dh).permute(2, 0, 3, 1, 4)
+            kv[cells] += _kv_summary(kvc[0], kvc[1], None if mask is None else mask[cells, toks])
         out = x.new_empty(b, t, d)
-        for s in range(0, t, step):
-            qc = F.linear(x[:, s : s + step], w[:d], bias[:d]).view(b, -1, h, dh).transpose(1, 2)
-            yc = qc.new_empty(b, qc.shape[2], h, dh)
-            _apply_summary(qc, kv, self.eps, yc.transpose(1, 2))
-            out[:, s : s + step] = self.out(yc.view(b, -1, d))
+        for cells, toks in blocks:
+            q = F.linear(x[cells, toks], w[:d], bias[:d])
+            g, c = q.shape[:2]
+            y = q.new_empty(g, c, h, dh)
+            _apply_summary(q.view(g, c, h, dh).transpose(1, 2), kv[cells], self.eps, y.transpose(1, 2))
+            torch.addmm(self.out.bias, y.view(-1, d), self.out.weight.t(), out=out[cells, toks].view(-1, d))
         return out
+
+
+def token_blocks(b: int, t: int, per: int) -> list[tuple[slice, slice]]:
+    """``(cells, tokens)`` slices covering a ``[b, t]`` batch in blocks of at most ``per`` tokens.
+
+    Cells that fit go ``per // t`` whole cells at a time; longer cells go one at a time in
+    ``per``-token ranges. Either way the block is contiguous in a contiguous ``[b, t, …]`` tensor.
+    """
+    if t <= per:
+        g = max(1, per // t)
+        return [(slice(i, min(i + g, b)), slice(0, t)) for i in range(0, b, g)]
+    return [(slice(i, i + 1), slice(s, min(s + per, t))) for i in range(b) for s in range(0, t, per)]
 
 
 def streamed_step(x: torch.Tensor, elements_per_token: int, training: bool) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import attention
 from .attention import LinearSelfAttention, streamed_step
 from .config import ModelConfig
 
@@ -52,23 +53,26 @@ class EncoderBlock(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        step = streamed_step(x, x.shape[0] * self.ffn[0].out_features, self.training)
-        if step is not None:
-            return self._forward_streamed(x, mask, step)
+        if streamed_step(x, x.shape[0] * self.ffn[0].out_features, self.training) is not None:
+            return self._forward_streamed(x, mask)
         x = x + self.attn(self.ln1(x), mask)
         return x + self.ffn(self.ln2(x))
 
-    def _forward_streamed(self, x: torch.Tensor, mask: torch.Tensor | None, step: int) -> torch.Tensor:
-        """:meth:`forward` for CPU inference: the FFN runs ``step`` tokens at a time, in place.
+    def _forward_streamed(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`forward` for CPU inference: the FFN runs on row blocks of the residual stream, in place.
 
-        The FFN is per token, so chunking it changes nothing but the size of its ``[B, T, d_ff]``
-        activation, which would otherwise be the largest tensor of the block (page-faulted anew on
-        every call once above the allocator's mmap threshold). The attention streams itself.
+        The FFN is per token, so running it on blocks of the flattened ``[B·T, D]`` stream changes
+        nothing but the size of its ``[·, d_ff]`` activation, which would otherwise be the largest
+        tensor of the block (page-faulted anew on every call once above the allocator's mmap
+        threshold). Row blocks of a contiguous tensor are contiguous: no gather copies. The
+        attention streams itself.
         """
         y = self.attn(self.ln1(x), mask).add_(x)  # a fresh tensor: the caller's x is untouched
-        for s in range(0, y.shape[1], step):
-            yc = y[:, s : s + step]
-            yc.add_(self.ffn(self.ln2(yc)))
+        rows = y.view(-1, y.shape[-1])
+        per = max(1, attention.CHUNK_ELEMENTS // self.ffn[0].out_features)
+        for s in range(0, rows.shape[0], per):
+            r = rows[s : s + per]
+            r.add_(self.ffn(self.ln2(r)))
         return y
 
 
