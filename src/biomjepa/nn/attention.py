@@ -8,7 +8,9 @@ after zeroing padded keys and values. The key–value summary ``[d_h, d_h]`` and
 contracted once per head, so cost and memory grow linearly in the number of tokens.
 
 Backends: ``linear_attention`` (pure PyTorch, CPU and CUDA; the reference and default) and
-``naive_linear_attention`` (explicit O(n²) evaluation of the same formula, for tests only).
+``naive_linear_attention`` (explicit O(n²) evaluation of the same formula, for tests only). For CPU
+inference, :class:`LinearSelfAttention` streams its projections and the core over contiguous token
+blocks (:func:`token_blocks`), so no whole-length temporary beyond its output exists.
 """
 
 from __future__ import annotations
