@@ -126,10 +126,10 @@ def test_block_streams_only_for_cpu_inference(monkeypatch):
     monkeypatch.setattr(attn, "CHUNK_ELEMENTS", 100)
     block = EncoderBlock(d_model=16, n_heads=4, d_ff=32)
     x = torch.randn(2, 37, 16)
-    assert attn.streamed_step(x, 2 * 32, training=False) is None  # grad enabled
+    assert not attn.streams(x, 2 * 32, training=False)  # grad enabled
     with torch.no_grad():
-        assert attn.streamed_step(x, 2 * 32, training=True) is None
-        assert attn.streamed_step(x, 2 * 32, training=False) == 1
+        assert not attn.streams(x, 2 * 32, training=True)
+        assert attn.streams(x, 2 * 32, training=False)
     y = block.eval()(x)
     y.sum().backward()  # the whole-length path with autograd still trains
     assert block.ffn[0].weight.grad is not None

@@ -82,10 +82,6 @@ def _apply_summary(q: torch.Tensor, kv: torch.Tensor, eps: float, out: torch.Ten
     return torch.div(o[..., :-1], o[..., -1:].add_(eps), out=out)
 
 
-def _accumulate(total: torch.Tensor | None, part: torch.Tensor) -> torch.Tensor:
-    return part if total is None else total.add_(part)
-
-
 def _chunked_linear_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, eps: float, step: int
 ) -> torch.Tensor:
@@ -97,10 +93,9 @@ def _chunked_linear_attention(
     view), so merging the heads afterwards (``y.transpose(1, 2).reshape(B, T, H·d_h)``) is free.
     """
     b, h, t, dh = q.shape
-    kv = None
+    kv = q.new_zeros(b, h, dh, dh + 1)
     for s in range(0, t, step):
-        m = None if mask is None else mask[:, s : s + step]
-        kv = _accumulate(kv, _kv_summary(k[..., s : s + step, :], v[..., s : s + step, :], m))
+        kv += _kv_summary(k[..., s : s + step, :], v[..., s : s + step, :], None if mask is None else mask[:, s : s + step])
     out = q.new_empty(b, t, h, dh).transpose(1, 2)
     for s in range(0, t, step):
         _apply_summary(q[..., s : s + step, :], kv, eps, out[..., s : s + step, :])
@@ -132,7 +127,7 @@ class LinearSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` ``[B, T, D]``, ``mask`` ``[B, T]`` → ``[B, T, D]``."""
         b, t, d = x.shape
-        if streamed_step(x, b * d, self.training) is not None:
+        if streams(x, b * d, self.training):
             return self._forward_streamed(x, mask)
         qkv = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         y = linear_attention(qkv[0], qkv[1], qkv[2], mask, self.eps)  # [B, H, T, d_h]
@@ -180,14 +175,13 @@ def token_blocks(b: int, t: int, per: int) -> list[tuple[slice, slice]]:
     return [(slice(i, i + 1), slice(s, min(s + per, t))) for i in range(b) for s in range(0, t, per)]
 
 
-def streamed_step(x: torch.Tensor, elements_per_token: int, training: bool) -> int | None:
-    """Tokens per chunk for the streamed CPU inference path of a block, or ``None`` to run whole.
+def streams(x: torch.Tensor, elements_per_token: int, training: bool) -> bool:
+    """Whether a block runs its streamed CPU inference path on ``x`` ``[B, T, …]``.
 
-    Streams only on CPU, without autograd, outside training mode, and when the sequence is longer
-    than one chunk of :data:`CHUNK_ELEMENTS` elements (``elements_per_token`` per token of the
-    batch, e.g. ``B·D``).
+    Only on CPU, without autograd, outside training mode, and when the batch holds more than
+    :data:`CHUNK_ELEMENTS` elements of its largest temporary (``elements_per_token`` per position,
+    e.g. ``B·D``), i.e. when whole-length temporaries would exceed one chunk.
     """
     if x.device.type != "cpu" or training or torch.is_grad_enabled():
-        return None
-    step = max(1, CHUNK_ELEMENTS // max(1, elements_per_token))
-    return step if x.shape[1] > step else None
+        return False
+    return x.shape[1] > max(1, CHUNK_ELEMENTS // max(1, elements_per_token))

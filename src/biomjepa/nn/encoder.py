@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from . import attention
-from .attention import LinearSelfAttention, streamed_step
+from .attention import LinearSelfAttention, streams
 from .config import ModelConfig
 
 
@@ -53,7 +53,7 @@ class EncoderBlock(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        if streamed_step(x, x.shape[0] * self.ffn[0].out_features, self.training) is not None:
+        if streams(x, x.shape[0] * self.ffn[0].out_features, self.training):
             return self._forward_streamed(x, mask)
         x = x + self.attn(self.ln1(x), mask)
         return x + self.ffn(self.ln2(x))
