@@ -63,14 +63,18 @@ def test_token_units(setup):
     assert U >= 1
 
 
-def test_forward_teacher_targets_and_grads(setup):
-    cells, sample, _ = setup
+def _tiny_jepa(cells, sample):
+    """A seeded ``tiny`` JEPA, its EMA teacher and the inputs of ``sample``."""
     from biomjepa.nn import ModelConfig
 
     torch.manual_seed(0)
     model = JEPA(ModelConfig.preset("tiny"), pred_layers=1, pred_heads=2, pred_dropout=0.0)
-    teacher = make_teacher(model.student)
-    inp = build_inputs(cells, sample, 19264)
+    return model, make_teacher(model.student), build_inputs(cells, sample, 19264)
+
+
+def test_forward_teacher_targets_and_grads(setup):
+    cells, sample, _ = setup
+    model, teacher, inp = _tiny_jepa(cells, sample)
     pred = model(inp)
     assert pred.shape == (sample.n_cells, sample.n_targets, 32)
     t, counts = teacher_targets(teacher, inp, sample.n_targets)
@@ -87,14 +91,10 @@ def test_forward_teacher_targets_and_grads(setup):
 
 def test_centred_targets_global_and_per_gene(setup):
     """Global centre: block mean − c. Per-gene centre: mean over the block of (h_g − c_g), by hand."""
-    from biomjepa.nn import ModelConfig
     from biomjepa.train.jepa import centred_targets
 
     cells, sample, _ = setup
-    torch.manual_seed(0)
-    model = JEPA(ModelConfig.preset("tiny"), pred_layers=1, pred_heads=2, pred_dropout=0.0)
-    teacher = make_teacher(model.student)
-    inp = build_inputs(cells, sample, 19264)
+    _, teacher, inp = _tiny_jepa(cells, sample)
     K = sample.n_targets
     h = teacher(inp.teacher.gene_ids, inp.teacher.values, inp.teacher.mask)
     hn = torch.nn.functional.layer_norm(h, h.shape[-1:])
