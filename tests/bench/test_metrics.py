@@ -68,7 +68,13 @@ def test_knn_overlap_and_depth():
     Z = np.c_[10 * depth, rng.normal(size=(200, 3))]
     m = bench.depth_association(Z, depth, depth)
     assert m["abs_r_axis_total"] == pytest.approx(1.0, abs=1e-3)
-    assert set(m) == {"abs_r_axis_total", "abs_r_axis_nnz", "abs_r_norm_total", "abs_r_norm_nnz", "depth_mean"}
+    assert set(m) == {"abs_r_axis_total", "abs_r_axis_nnz", "abs_r_norm_total", "abs_r_norm_nnz", "depth_mean", "depth_nnz"}
+    assert m["depth_nnz"] == pytest.approx((m["abs_r_axis_nnz"] + m["abs_r_norm_nnz"]) / 2)
+    assert m["depth_mean"] == pytest.approx(np.mean([m[k] for k in ("abs_r_axis_total", "abs_r_axis_nnz", "abs_r_norm_total", "abs_r_norm_nnz")]))
+    # depth_nnz only looks at detected genes: an embedding tracking total counts but not nnz scores ~0
+    nnz = rng.permutation(depth)
+    m = bench.depth_association(Z, depth, nnz)
+    assert m["abs_r_axis_total"] > 0.99 and m["depth_nnz"] < 0.3
 
 
 def test_summarize():

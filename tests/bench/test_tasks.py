@@ -75,7 +75,10 @@ def test_geometry(blobs):
     snap = _snapshot(blobs)
     df = bench.geometry(blobs, use_reps=REPS, layer="counts")
     _same(blobs, snap)
-    assert df["seed"].isna().all() and len(df) == 2 * 7
+    assert df["seed"].isna().all() and len(df) == 2 * 8
+    v = df.set_index(["rep", "metric"])["value"]
+    for r in REPS:
+        assert v[r, "depth_nnz"] == pytest.approx((v[r, "abs_r_axis_nnz"] + v[r, "abs_r_norm_nnz"]) / 2)
     er = df[df.metric == "effective_rank"].set_index("rep")["value"]
     assert 1 <= er["X_emb"] <= 8 and er["X_noise"] > 4
 

@@ -30,3 +30,42 @@ def test_cell_without_genes_gives_zeros():
     h = torch.randn(1, 3, 4)
     gm = torch.zeros(1, 3, dtype=torch.bool)
     assert torch.equal(max_top5_pool(h, gm), torch.zeros(1, 8))
+
+
+def test_centred_pooling_ignores_a_cell_wide_shift():
+    """A level added to every gene token of a cell (the depth-set component) leaves centred readouts unchanged."""
+    from biomjepa.nn.pooling import POOLINGS, pool
+
+    torch.manual_seed(0)
+    h = torch.randn(3, 12, 8)
+    gm = torch.ones(3, 12, dtype=torch.bool)
+    gm[:, :2] = False
+    gm[2, 9:] = False  # padding
+    v = torch.rand(3, 12) + 0.1
+    shift = torch.randn(3, 1, 8) * 5
+    for kind in POOLINGS[1:]:
+        torch.testing.assert_close(pool(h + shift, gm, v, kind), pool(h, gm, v, kind))
+    # the paper's readout moves with the shift
+    assert not torch.allclose(pool(h + shift, gm, v, "max_top5"), pool(h, gm, v, "max_top5"))
+    # padding and technical tokens never contribute, even when huge
+    h2 = h.clone()
+    h2[2, 9:] = 1e6
+    h2[:, :2] = 1e6
+    for kind in POOLINGS:
+        torch.testing.assert_close(pool(h2, gm, v, kind), pool(h, gm, v, kind))
+
+
+def test_centred_max_top5_by_hand_and_unknown_pooling():
+    from biomjepa.nn.pooling import pool
+
+    h = torch.tensor([[[9.0], [9.0], [1.0], [3.0], [5.0]]])  # two technical tokens then 3 genes
+    gm = torch.tensor([[False, False, True, True, True]])
+    v = torch.tensor([[0.0, 0.0, 1.0, 1.0, 2.0]])
+    # centred gene states: -2, 0, 2 → max 2, mean of all 3 (fewer than 5) = 0
+    assert pool(h, gm, v, "centred_max_top5").tolist() == [[2.0, 0.0]]
+    # weighted mean of centred states: (-2·1 + 0·1 + 2·2) / 4 = 0.5, then max 2
+    assert pool(h, gm, v, "centred_wmean_max").tolist() == [[0.5, 2.0]]
+    import pytest
+
+    with pytest.raises(ValueError, match="Unknown pooling"):
+        pool(h, gm, v, "mean")

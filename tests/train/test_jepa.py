@@ -125,3 +125,28 @@ def test_update_centre_rows_only_touches_seen_genes():
     update_centre_rows(c, seen, torch.zeros(2, 3), 0.9)
     torch.testing.assert_close(c[seen], torch.full((2, 3), 0.9))
     torch.testing.assert_close(c[~seen], torch.ones(3, 3))
+
+
+def test_cell_centred_targets_drop_the_cells_level(setup):
+    """cell=True: every cell's (gene-centred) target tokens have mean zero, and a per-cell shift of
+    the teacher states changes nothing (the depth-set level is no target)."""
+    from biomjepa.train.jepa import centred_targets
+
+    cells, sample, _ = setup
+    _, teacher, inp = _tiny_jepa(cells, sample)
+    K = sample.n_targets
+    cg = torch.randn(19266, 32)
+    t, _ = centred_targets(teacher, inp, K, cg, cell=True)
+    h = teacher(inp.teacher.gene_ids, inp.teacher.values, inp.teacher.mask)
+    i, k = np.argwhere(sample.valid)[0]
+    cell_rows = (inp.tgt_unit // K) == i
+    flat = h.reshape(-1, 32)[(inp.tgt_unit // K * h.shape[1] + inp.tgt_pos)]
+    centred = flat - cg[inp.tgt_gene]
+    level = centred[cell_rows].mean(0)
+    pos = N_TECH + torch.as_tensor(sample.targets(i, k))
+    genes = inp.teacher.gene_ids[i, pos]
+    torch.testing.assert_close(t[i * K + k], (h[i, pos] - cg[genes]).mean(0) - level)
+    # a constant added to all of one cell's target states moves no target of that cell
+    shifted = cg - torch.randn(1, 32)  # same as adding a constant to every state
+    t2, _ = centred_targets(teacher, inp, K, shifted, cell=True)
+    torch.testing.assert_close(t2, t)

@@ -8,7 +8,8 @@ written on request (``baselines=["pca"]`` â†’ ``obsm["X_pca50"]``, ``"umap"`` â†
 
 Tasks: :func:`annotation` (few-shot SVM), :func:`clustering` (k-means), :func:`reconstruction` (MLP probe
 to a 400-gene expression vector), :func:`perturbation` (response prediction), :func:`geometry`
-(effective rank, participation ratio, depth association), and :func:`run` for several at once.
+(effective rank, participation ratio, depth association), :func:`depth_robustness` (binomially thinned
+counts against full depth), and :func:`run` for several at once.
 Array-level metrics: :func:`effective_rank`, :func:`participation_ratio`, :func:`procrustes_similarity`,
 :func:`nmi`, :func:`ari`, :func:`hungarian_accuracy`, :func:`knn_overlap`.
 """
@@ -19,6 +20,7 @@ from ._utils import summarize
 from .annotation import annotation, support_split
 from .baselines import add_baselines
 from .clustering import ari, clustering, hungarian_accuracy, nmi
+from .depth import depth_robustness
 from .geometry import depth_association, effective_rank, geometry, participation_ratio, procrustes_similarity
 from .perturbation import perturbation, perturbation_split
 from .reconstruction import budget_split, canonical_genes, knn_overlap, reactome_sets, reconstruction
@@ -32,6 +34,7 @@ __all__ = [
     "canonical_genes",
     "clustering",
     "depth_association",
+    "depth_robustness",
     "effective_rank",
     "geometry",
     "hungarian_accuracy",

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ._utils import get_counts
 
@@ -67,8 +70,49 @@ def add_baselines(
 
 
 def _pca50(adata: AnnData, layer: str | None, n_comps: int, n_top_genes: int):
+    return fit_pca(adata, layer=layer, n_comps=n_comps, n_top_genes=n_top_genes)[0]
+
+
+@dataclass(frozen=True)
+class PCATransform:
+    """The fitted PCA-50 baseline, reusable on new counts of the same genes (e.g. thinned cells).
+
+    ``genes`` are column indices into ``adata.var`` (non-zero, highly variable), ``mean`` ``[g]`` the
+    centring vector and ``components`` ``[g, k]`` the loadings of the log-normalized expression.
+    """
+
+    genes: np.ndarray
+    mean: np.ndarray
+    components: np.ndarray
+
+    def transform(self, counts) -> np.ndarray:
+        """Project raw counts ``[n, n_vars]`` (CSR or dense; not modified) → ``[n, k]`` float32.
+
+        Same steps as the fit: normalize to 10⁴ counts per cell over all genes, ``log1p``, keep
+        ``genes``, centre with ``mean``, project on ``components``. Empty cells stay at the origin
+        of the normalized space.
+        """
+        from scipy import sparse
+
+        X = sparse.csr_matrix(counts, dtype=np.float64)
+        lib = np.asarray(X.sum(1)).ravel()
+        scale = 1e4 / np.where(lib > 0, lib, 1.0)
+        Y = sparse.diags(scale) @ X[:, self.genes]
+        Y.data = np.log1p(Y.data)
+        return np.asarray(Y @ self.components - self.mean @ self.components, dtype=np.float32)
+
+
+def fit_pca(
+    adata: AnnData, *, layer: str | None = None, n_comps: int = 50, n_top_genes: int = 2000
+) -> tuple[np.ndarray, PCATransform]:
+    """Fit the ``"pca"`` baseline of :func:`add_baselines` without writing into ``adata``.
+
+    Returns
+    -------
+    ``(Z, transform)``: the ``[N, k]`` float32 embedding written to ``obsm["X_pca50"]`` and the fitted
+    :class:`PCATransform` (``transform.transform(counts)`` reproduces ``Z`` to float32 precision).
+    """
     import anndata as ad
-    import numpy as np
     import scanpy as sc
 
     tmp = ad.AnnData(get_counts(adata, layer).astype(np.float32, copy=True))
@@ -77,14 +121,19 @@ def _pca50(adata: AnnData, layer: str | None, n_comps: int, n_top_genes: int):
     sc.pp.normalize_total(tmp, target_sum=1e4)
     sc.pp.log1p(tmp)
     keep = np.asarray(tmp.X.sum(0)).ravel() > 0
+    genes = np.flatnonzero(keep)
     tmp = tmp[:, keep].copy()
     if tmp.n_vars > n_top_genes:
         sc.pp.highly_variable_genes(tmp, n_top_genes=n_top_genes, flavor="seurat")
-        tmp = tmp[:, tmp.var["highly_variable"].to_numpy()].copy()
+        hvg = tmp.var["highly_variable"].to_numpy()
+        genes = genes[hvg]
+        tmp = tmp[:, hvg].copy()
     n = min(n_comps, tmp.n_obs - 1, tmp.n_vars - 1)
     sc.pp.pca(tmp, n_comps=n, svd_solver="arpack", random_state=0)
     logger.info("PCA-%d baseline on %d genes", n, tmp.n_vars)
-    return np.asarray(tmp.obsm["X_pca"], dtype=np.float32)
+    mean = np.asarray(tmp.X.mean(0), dtype=np.float64).ravel()
+    fitted = PCATransform(genes, mean, np.asarray(tmp.varm["PCs"], dtype=np.float64))
+    return np.asarray(tmp.obsm["X_pca"], dtype=np.float32), fitted
 
 
 def _umap(Z):

@@ -109,6 +109,9 @@ def _abs_r(a: np.ndarray, b: np.ndarray) -> float:
 def depth_association(Z: np.ndarray, total_counts: np.ndarray, n_detected: np.ndarray) -> dict[str, float]:
     """Absolute Pearson ``|r|`` of total counts and detected genes with the leading-axis score and the embedding norm.
 
+    The paper's two depth diagnostics correlate the number of detected genes with the leading embedding
+    axis and with the embedding norm; ``depth_nnz`` is their mean.
+
     Parameters
     ----------
     Z
@@ -120,7 +123,8 @@ def depth_association(Z: np.ndarray, total_counts: np.ndarray, n_detected: np.nd
 
     Returns
     -------
-    ``abs_r_axis_total, abs_r_axis_nnz, abs_r_norm_total, abs_r_norm_nnz`` and their mean ``depth_mean``.
+    ``abs_r_axis_total, abs_r_axis_nnz, abs_r_norm_total, abs_r_norm_nnz``, their mean ``depth_mean`` and
+    ``depth_nnz``, the mean of ``abs_r_axis_nnz`` and ``abs_r_norm_nnz`` (NaN when both are NaN).
     The leading axis is the first principal direction of the centred embedding.
     """
     Zc = Z - Z.mean(0)
@@ -132,8 +136,13 @@ def depth_association(Z: np.ndarray, total_counts: np.ndarray, n_detected: np.nd
         "abs_r_norm_total": _abs_r(norm, total_counts),
         "abs_r_norm_nnz": _abs_r(norm, n_detected),
     }
-    m["depth_mean"] = float(np.nanmean(list(m.values()))) if any(np.isfinite(list(m.values()))) else float("nan")
+    m["depth_mean"] = _nanmean(list(m.values()))
+    m["depth_nnz"] = _nanmean([m["abs_r_axis_nnz"], m["abs_r_norm_nnz"]])
     return m
+
+
+def _nanmean(values: list[float]) -> float:
+    return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
 
 
 def _depth(adata: AnnData, layer: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -173,7 +182,8 @@ def geometry(
     -------
     Tidy table ``task, rep, setting, seed, metric, value`` with ``task="geometry"``, ``setting="all"``,
     ``seed`` missing (deterministic) and metrics ``effective_rank, participation_ratio, abs_r_axis_total,
-    abs_r_axis_nnz, abs_r_norm_total, abs_r_norm_nnz, depth_mean``.
+    abs_r_axis_nnz, abs_r_norm_total, abs_r_norm_nnz, depth_mean, depth_nnz`` (``depth_nnz``: mean ``|r|`` of
+    detected genes with the leading axis and the norm, the paper's two depth diagnostics).
     """
     reps = resolve_reps(adata, use_reps, baselines, layer)
     total, nnz = _depth(adata, layer)

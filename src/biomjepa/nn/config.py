@@ -33,6 +33,9 @@ class ModelConfig:
         Dropout in attention output and feed-forward (0 for the encoder by default).
     attn_eps
         Added to the linear-attention normalizer (the paper's 1e-6).
+    pooling
+        Readout of the frozen cell embedding (:data:`biomjepa.nn.pooling.POOLINGS`): ``max_top5``
+        (the paper; the default, and what checkpoints without the key use) or a centred variant.
     """
 
     vocab_size: int = VOCAB_SIZE
@@ -43,8 +46,13 @@ class ModelConfig:
     n_value_bins: int = 100
     dropout: float = 0.0
     attn_eps: float = 1e-6
+    pooling: str = "max_top5"
 
     def __post_init__(self) -> None:
+        from .pooling import POOLINGS
+
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}.")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}.")
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "n_value_bins"):

@@ -1,8 +1,29 @@
-"""Cell embedding from gene-token states: per-feature max ‖ mean of the 5 largest values."""
+"""Cell embedding from gene-token states.
+
+``max_top5`` (the paper): per-feature max ‖ mean of the 5 largest values over gene tokens.
+
+``centred_max_top5`` (our departure, chosen for ``biomjepa-mini`` v0.2 on validation cells, see
+``docs/pretraining_notes.md``): the same after subtracting each cell's mean gene-token state.
+Without a final norm the token states of a cell share one cell-wide component (set largely by how
+many genes are detected); max pooling passes it straight into the embedding, where it becomes the
+leading axis. Subtracting the cell's mean first keeps what distinguishes the cell's genes from
+each other and drops that shared level.
+
+``centred_wmean_max``: expression-weighted mean of the centred states ‖ their per-feature max.
+"""
 
 from __future__ import annotations
 
 import torch
+
+POOLINGS = ("max_top5", "centred_max_top5", "centred_wmean_max")
+
+
+def centre_states(hidden: torch.Tensor, gene_mask: torch.Tensor) -> torch.Tensor:
+    """``hidden [B, T, D]`` minus each cell's mean over its gene tokens (``gene_mask [B, T]``); a new tensor."""
+    g = gene_mask[..., None].to(hidden.dtype)
+    mean = (hidden * g).sum(1, keepdim=True) / g.sum(1, keepdim=True).clamp(min=1)
+    return hidden - mean
 
 
 def max_top5_pool(hidden: torch.Tensor, gene_mask: torch.Tensor, k: int = 5) -> torch.Tensor:
@@ -20,6 +41,29 @@ def max_top5_pool(hidden: torch.Tensor, gene_mask: torch.Tensor, k: int = 5) -> 
     mean = (top * valid[..., None]).sum(1) / n.clamp(min=1)[:, None].to(hidden.dtype)
     first = torch.where(n[:, None] > 0, top[:, 0], torch.zeros_like(top[:, 0]))
     return torch.cat([first, mean], dim=-1)
+
+
+def weighted_mean(hidden: torch.Tensor, gene_mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``Σ_g v_g h_g / Σ_g v_g`` over gene tokens (``values [B, T]`` ≥ 0) → ``[B, D]``."""
+    w = (values * gene_mask).to(hidden.dtype)[..., None]
+    return (hidden * w).sum(1) / w.sum(1).clamp(min=torch.finfo(hidden.dtype).tiny)
+
+
+def pool(hidden: torch.Tensor, gene_mask: torch.Tensor, values: torch.Tensor, kind: str = "max_top5") -> torch.Tensor:
+    """Pool token states into ``[B, 2D]`` cell embeddings with the readout ``kind`` (see :data:`POOLINGS`)."""
+    if kind == "max_top5":
+        return max_top5_pool(hidden, gene_mask)
+    if kind not in POOLINGS:
+        raise ValueError(f"Unknown pooling {kind!r}; choose one of {POOLINGS}.")
+    c = centre_states(hidden, gene_mask)
+    if kind == "centred_max_top5":
+        return max_top5_pool(c, gene_mask)
+    return torch.cat([weighted_mean(c, gene_mask, values), max_top5_pool(c, gene_mask)[:, : c.shape[-1]]], -1)
+
+
+def winner_states(hidden: torch.Tensor, gene_mask: torch.Tensor, kind: str = "max_top5") -> torch.Tensor:
+    """The token states whose per-feature maximum the readout ``kind`` takes (centred for centred readouts)."""
+    return hidden if kind == "max_top5" else centre_states(hidden, gene_mask)
 
 
 def max_winners(hidden: torch.Tensor, gene_mask: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,9 @@ class TrainConfig:
     ``random_ratio``); model (``model`` preset + ``model_overrides``; predictor ``pred_*``; ``tau``);
     objective and loss (``objective``, ``lambda_*``, ``var_gamma``, ``token_cap``); teacher
     (``momentum_*``, ``centre_rate``); optimisation (``lr`` …, ``grad_clip``); loop
-    (``checkpoint_every``, ``max_bad_steps``, logging).
+    (``checkpoint_every``, ``max_bad_steps``, logging). A run resumes from its directory's latest
+    state only when the corpus, the encoder config and the :data:`~biomjepa.train.checkpoint.RESUME_KEYS`
+    match the saved ones; ``allow_resume_mismatch: true`` resumes anyway (the differences are logged).
     """
 
     # run
@@ -59,6 +61,8 @@ class TrainConfig:
     # model
     model: str = "base"
     model_overrides: dict = field(default_factory=dict)
+    gene_init: Literal["random", "pca"] = "random"  # pca: loadings of the corpus' leading PCs
+    gene_init_scale: float = 0.02
     pred_layers: int = 4
     pred_heads: int = 12
     pred_dropout: float = 0.05
@@ -81,6 +85,7 @@ class TrainConfig:
     momentum_schedule: Literal["cosine", "linear"] = "cosine"
     centre_rate: float = 0.9
     target_centre: Literal["global", "gene"] = "global"  # gene: per-gene EMA centre of teacher states
+    cell_centre: bool = False  # also subtract each cell's mean (gene-centred) target-token state
     # optimisation
     lr: float = 1e-4
     min_lr: float = 1e-6
@@ -99,6 +104,12 @@ class TrainConfig:
     tensorboard: bool = True
     progress: bool = True
     log_cell_ids: bool = False
+    allow_resume_mismatch: bool = False  # resume a state saved with another corpus/model config (logged)
+    # held-out probe scored at every checkpoint (probe.csv): h5ad path, obs-name file, label column
+    probe: str | None = None
+    probe_obs: str | None = None
+    probe_label_key: str | None = None
+    probe_cells: int = 512
 
     def __post_init__(self) -> None:
         if self.objective not in typing.get_args(Objective):
@@ -106,6 +117,8 @@ class TrainConfig:
         for name in ("steps", "batch_size", "accumulation", "n_targets", "pred_layers", "pred_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.cell_centre and self.target_centre != "gene":
+            raise ValueError("cell_centre=True needs target_centre='gene' (it centres per-gene-centred token states).")
         if self.tau <= 0:
             raise ValueError(f"tau must be > 0, got {self.tau}.")
         if self.random_ratio is not None:

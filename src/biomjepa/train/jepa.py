@@ -165,7 +165,9 @@ def teacher_targets(
 
 
 @torch.no_grad()
-def centred_targets(teacher: Encoder, inputs, n_units: int, centre: torch.Tensor, *, norm: bool = False):
+def centred_targets(
+    teacher: Encoder, inputs, n_units: int, centre: torch.Tensor, *, norm: bool = False, cell: bool = False
+):
     """Centred block targets ``[n·U, D]`` and the statistics that update the centre.
 
     ``centre`` ``[D]`` (the paper's global EMA centre): ``t_k = mean_{g∈T_k} h_g − c``; the
@@ -173,6 +175,10 @@ def centred_targets(teacher: Encoder, inputs, n_units: int, centre: torch.Tensor
     state is centred by its own gene's EMA state before the block mean, ``t_k = mean_{g∈T_k}(h_g −
     c_g)``, so a target carries what is specific to this cell, not which genes the block holds;
     the statistics are per-gene sums ``[V, D]`` and counts ``[V]`` of the raw states.
+
+    ``cell=True`` (our addition, ``TrainConfig.cell_centre``) then subtracts each cell's mean
+    centred target-token state, so a level shared by all of a cell's genes (its depth, read from
+    the count-1 values and the library token that the student sees too) is not a target.
     """
     states = teacher_token_states(teacher, inputs, n_units, norm=norm)
     rows = inputs.valid.numel()
@@ -180,7 +186,12 @@ def centred_targets(teacher: Encoder, inputs, n_units: int, centre: torch.Tensor
         means, _ = unit_means(states, inputs.tgt_unit, rows)
         return means - centre, means
     gene = inputs.tgt_gene
-    targets, _ = unit_means(states - centre[gene], inputs.tgt_unit, rows)
+    centred = states - centre[gene]
+    if cell:
+        cells = torch.div(inputs.tgt_unit, n_units, rounding_mode="floor")
+        level, _ = unit_means(centred, cells, inputs.valid.shape[0])
+        centred = centred - level[cells]
+    targets, _ = unit_means(centred, inputs.tgt_unit, rows)
     sums = torch.zeros_like(centre).index_add_(0, gene, states)
     counts = torch.bincount(gene, minlength=centre.shape[0]).to(states.dtype)
     return targets, (sums, counts)

@@ -130,7 +130,9 @@ def compute_objective(model, teacher, inputs, centre: torch.Tensor, cfg) -> tupl
         terms = LossTerms(mse, zero, zero, zero, zero, {"recon": mse.detach()})
         _embedding_regularizer(terms, emb, cfg)
         return terms, {"pred": flat_pred[valid].detach(), "centre_stats": None}
-    targets, stats = centred_targets(teacher, inputs, U, centre, norm=cfg.target_norm)
+    targets, stats = centred_targets(
+        teacher, inputs, U, centre, norm=cfg.target_norm, cell=cfg.cell_centre
+    )
     terms = jepa_loss(flat_pred[valid], targets[valid], cfg)
     _embedding_regularizer(terms, emb, cfg)
     if centre.ndim == 1:

@@ -1,0 +1,118 @@
+"""A fixed held-out probe set, scored at every checkpoint: is the cell embedding collapsing or tracking depth?
+
+``TrainConfig.probe`` names an h5ad file (raw counts) and optionally which of its cells to use
+(``probe_obs``: a text file of obs names, e.g. the held-out validation cells) and a label column
+(``probe_label_key``). At every checkpoint the teacher embeds the probe cells with every readout
+of :data:`biomjepa.nn.pooling.POOLINGS` and the loop appends, per readout, the effective rank,
+the paper's depth association against detected genes (``depth_nnz``: mean of ``|r|`` of the
+leading axis and of the embedding norm with the number of detected genes) and, with labels,
+few-shot k = 5 macro-F1 (``bj.bench.annotation``'s protocol) to ``probe.csv`` in the run directory.
+:func:`probe_scores` is also what ``benchmarks/select_checkpoint.py`` uses, so selection sees the
+same numbers the run logged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+PROBE_FIELDS = ["step", "pooling", "n_cells", "effective_rank", "depth_nnz", "depth_mean", "macro_f1_k5"]
+
+
+@dataclass
+class ProbeSet:
+    """Tokenized probe cells with their depth covariates and (optional) labels."""
+
+    cells: object  # TokenizedCells
+    total_counts: np.ndarray
+    n_detected: np.ndarray
+    labels: np.ndarray | None
+
+
+def load_probe(path: str, *, obs: str | None = None, label_key: str | None = None, max_cells: int = 512,
+               seed: int = 0) -> ProbeSet:
+    """Read, vocabulary-map and tokenize up to ``max_cells`` probe cells (a seeded subsample)."""
+    import anndata as ad
+
+    from ..data.anndata_source import tokenize_adata
+    from ..pp import map_vocab
+
+    adata = ad.read_h5ad(path)
+    if obs is not None:
+        names = Path(obs).read_text().split()
+        adata = adata[adata.obs_names.isin(names)]
+    if label_key is not None and label_key not in adata.obs:
+        raise ValueError(f"probe_label_key={label_key!r} is not a column of {path}'s obs.")
+    if adata.n_obs > max_cells:
+        rows = np.sort(np.random.default_rng(seed).choice(adata.n_obs, max_cells, replace=False))
+        adata = adata[rows]
+    adata = adata.copy()
+    map_vocab(adata)
+    cells = tokenize_adata(adata)
+    X = adata.X
+    total = np.asarray(X.sum(1)).ravel().astype(float)
+    nnz = np.asarray((X > 0).sum(1)).ravel().astype(float)
+    labels = adata.obs[label_key].astype(str).to_numpy() if label_key else None
+    return ProbeSet(cells, total, nnz, labels)
+
+
+def probe_embeddings(encoder, probe: ProbeSet, *, batch_size: int = 32) -> dict[str, np.ndarray]:
+    """``{pooling: [n, 2D]}`` embeddings of the probe cells under every readout (one forward pass)."""
+    import torch
+
+    from ..data.collate import collate, sorted_batches
+    from ..nn.pooling import POOLINGS, pool
+
+    device = next(encoder.parameters()).device
+    V = encoder.config.vocab_size
+    out = {k: np.empty((len(probe.cells), 2 * encoder.config.d_model), np.float32) for k in POOLINGS}
+    was_training = encoder.training
+    encoder.eval()
+    with torch.inference_mode():
+        for rows in sorted_batches(probe.cells.lengths, batch_size):
+            b = collate(probe.cells, V, rows).to(device)
+            h = encoder(b.gene_ids, b.values, b.mask).float()
+            for k in POOLINGS:
+                out[k][rows] = pool(h, b.gene_mask, b.values, k).cpu().numpy()
+    encoder.train(was_training)
+    return out
+
+
+def few_shot_f1(Z: np.ndarray, labels: np.ndarray, *, k: int = 5, seeds=(42, 43, 44, 45, 46)) -> float:
+    """Mean macro-F1 of ``bj.bench.annotation``'s k-shot linear-SVM protocol over ``seeds``."""
+    from ..bench.annotation import support_split, svm_scores
+
+    scores = []
+    for s in seeds:
+        support, held, _ = support_split(labels, k, s)
+        scores.append(svm_scores(Z, labels, support, held)["macro_f1"])
+    return float(np.mean(scores))
+
+
+def probe_scores(encoder, probe: ProbeSet, step: int) -> list[dict]:
+    """One row per readout: effective rank, depth association and (with labels) k = 5 macro-F1."""
+    from ..bench.geometry import depth_association, effective_rank
+
+    rows = []
+    for kind, Z in probe_embeddings(encoder, probe).items():
+        d = depth_association(Z, probe.total_counts, probe.n_detected)
+        rows.append({
+            "step": step, "pooling": kind, "n_cells": len(Z), "effective_rank": effective_rank(Z),
+            "depth_nnz": (d["abs_r_axis_nnz"] + d["abs_r_norm_nnz"]) / 2, "depth_mean": d["depth_mean"],
+            "macro_f1_k5": few_shot_f1(Z, probe.labels) if probe.labels is not None else float("nan"),
+        })
+    return rows
+
+
+def append_rows(path: Path, rows: list[dict]) -> None:
+    """Append ``rows`` to the CSV ``path`` (header written once)."""
+    import csv
+
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=PROBE_FIELDS)
+        if new:
+            w.writeheader()
+        w.writerows(rows)
