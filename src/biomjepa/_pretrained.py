@@ -4,15 +4,23 @@ A checkpoint reference is one of
 
 - a registry name (``bj.settings.checkpoint``, default ``"biomjepa-mini"`` once bundled);
 - a local checkpoint directory (``config.json`` + ``model.safetensors``);
-- an ``http(s)://`` base URL serving ``config.json`` and ``model.safetensors``, with the expected
-  sha256 of ``model.safetensors`` given as ``"URL#sha256=HEX"`` or ``sha256=`` (downloads are verified).
+- an ``http(s)://`` base URL serving the checkpoint's files, pinned by the sha256 of the whole
+  checkpoint (:func:`biomjepa.model.checkpoint_sha256`, the hash of its ``SHA256SUMS`` manifest)
+  given as ``"URL#sha256=HEX"`` or ``sha256=``: every downloaded file is verified.
+
+:func:`load_model` loads a checkpoint once and hands every caller its own module sharing the
+cached weights: moving it to another device (``model.to("cuda")``) or switching its mode never
+changes what the next caller gets.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
 import shutil
+import urllib.error
 import urllib.request
 from functools import lru_cache
 from importlib import resources
@@ -22,11 +30,22 @@ from ._settings import settings
 
 logger = logging.getLogger(__name__)
 
-#: Named checkpoints: name → {"path": package-relative dir | "url": base URL, "sha256": weights hash}.
+#: Named checkpoints: name → {"path": package-relative dir | "url": base URL, "version": "…",
+#: "checkpoint_sha256": the whole checkpoint's sha256 (:func:`biomjepa.model.checkpoint_sha256`, that
+#: of its SHA256SUMS manifest, which pins every file), "sha256": the weights' sha256 (as recorded in
+#: config.json and in ``uns["biomjepa"]["params"]["checkpoint_sha256"]`` by ``bj.tl.embed``)}.
+#: Entries of checkpoints written before the manifest existed carry "sha256" only.
 #: ``biomjepa-mini`` is bundled inside the package (``docs/model_card.md``; produced by
-#: ``models/biomjepa-mini-v0.1.yaml`` and ``scripts/export_bundled.py``).
+#: ``models/biomjepa-mini-v0.2.yaml`` and ``scripts/export_bundled.py``).
 REGISTRY: dict[str, dict] = {
     "biomjepa-mini": {
+        "path": "_models/biomjepa-mini-v0.2",
+        "version": "0.2",
+        "checkpoint_sha256": "27618837aaec17a197d47b31e8879ac578744a586e24994515cbbab541f0e46f",  # SHA256SUMS
+        "sha256": "c639180369e587ceae87e8228d05bd857a19b9cf45fa922968f70f375ae19cb1",  # model.safetensors
+    },
+    # the previous default (depth-dominated embedding, docs/model_card.md), kept for comparison
+    "biomjepa-mini-v0.1": {
         "path": "_models/biomjepa-mini-v0.1",
         "version": "0.1",
         "sha256": "8c6a2a76b8b1664fa352ffe6b7f9c89950bd21f9724fd115fdfc680099f60152",
@@ -47,16 +66,22 @@ def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: s
         if "path" in entry:
             path = _bundled_dir(entry["path"])
             _check_registered(path, entry, ref)
-            return path, f"{ref}-v{entry.get('version', '?')}"
-        return _download(entry["url"], entry["sha256"]), ref
+            version = f"-v{entry.get('version', '?')}"
+            return path, ref if ref.endswith(version) else ref + version
+        return _download(entry["url"], entry.get("checkpoint_sha256") or entry["sha256"]), ref
     if ref.startswith(("http://", "https://")):
         url, _, frag = ref.partition("#")
         sha256 = sha256 or (frag.split("=", 1)[1] if frag.startswith("sha256=") else None)
         if sha256 is None:
-            raise ValueError(f"Downloading {url} needs its sha256: pass `{url}#sha256=<hex>` or sha256=.")
+            raise ValueError(
+                f"Downloading {url} needs its sha256, the whole checkpoint's (`biomjepa.model.checkpoint_sha256(dir)` "
+                f"of a trusted copy): pass `{url}#sha256=<hex>` or sha256=."
+            )
         return _download(url, sha256), url
     path = Path(ref).expanduser()
     if path.exists():
+        if sha256 is not None:
+            _check_pin(path, sha256, str(path))
         return path, str(path)
     known = ", ".join(sorted(REGISTRY)) or "none bundled in this version"
     raise FileNotFoundError(
@@ -66,23 +91,74 @@ def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: s
 
 
 def _check_registered(path: Path, entry: dict, name: str) -> None:
-    """The bundled config must record the sha256 the registry pins (the weights are checked on load)."""
+    """A bundled checkpoint must match its registry pins (each listed file is checked again on load).
+
+    ``checkpoint_sha256`` pins every file (through the ``SHA256SUMS`` manifest, or the files
+    themselves if the manifest is gone); ``sha256`` the weights, as recorded in ``config.json``.
+    """
     import json
 
-    from .model import CONFIG
+    from .model import CONFIG, checkpoint_sha256
 
-    recorded = json.loads((path / CONFIG).read_text()).get("weights_sha256")
-    if recorded != entry["sha256"]:
+    if "checkpoint_sha256" in entry and checkpoint_sha256(path, verify=False) != entry["checkpoint_sha256"]:
+        raise ValueError(f"Bundled checkpoint {name!r} does not match its registry checkpoint_sha256; reinstall biomjepa.")
+    if "sha256" in entry and json.loads((path / CONFIG).read_text()).get("weights_sha256") != entry["sha256"]:
         raise ValueError(f"Bundled checkpoint {name!r} does not match its registry sha256; reinstall biomjepa.")
 
 
-def _download(url: str, sha256: str) -> Path:
-    """Fetch ``url/config.json`` and ``url/model.safetensors`` into the cache, verified by sha256."""
-    from .model import CONFIG, WEIGHTS, sha256_file
+def _hex_digest(value: str) -> str:
+    digest = str(value).strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise ValueError(f"sha256={value!r} is not a sha256 digest (64 hexadecimal digits).")
+    return digest
 
-    target = settings.cachedir / "checkpoints" / sha256[:16]
-    if (target / WEIGHTS).is_file() and sha256_file(target / WEIGHTS) == sha256:
-        return target
+
+def _check_pin(path: Path, digest: str, where: str) -> None:
+    """Refuse a checkpoint directory whose :func:`~biomjepa.model.checkpoint_sha256` is not ``digest``."""
+    from .model import WEIGHTS, checkpoint_sha256, sha256_file
+
+    digest = _hex_digest(digest)
+    actual = checkpoint_sha256(path)
+    if actual == digest:
+        return
+    if (path / WEIGHTS).is_file() and sha256_file(path / WEIGHTS) == digest:
+        raise ValueError(
+            f"sha256={digest[:12]}… pins only {WEIGHTS} of {where}, which leaves config.json (heads, eps, "
+            f"pooling) unpinned. Pin the whole checkpoint: its sha256 is {actual} for these files "
+            "(compute it on a trusted copy with `biomjepa.model.checkpoint_sha256(dir)`)."
+        )
+    raise ValueError(f"Checkpoint {where} has sha256 {actual}, expected {digest}; refusing it.")
+
+
+def _fetch(url: str, dest: Path) -> bool:
+    """Download ``url`` to ``dest`` (via a ``.part`` file); ``False`` on HTTP 404."""
+    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.part")
+    logger.info("Downloading %s", url)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
+            shutil.copyfileobj(r, f)
+    except urllib.error.URLError as err:  # HTTPError included
+        tmp.unlink(missing_ok=True)
+        if getattr(err, "code", None) == 404:
+            return False
+        raise OSError(f"Could not download {url}: {getattr(err, 'reason', err)}") from err
+    os.replace(tmp, dest)
+    return True
+
+
+def _download(url: str, sha256: str) -> Path:
+    """Fetch a checkpoint from base ``url`` into the cache, verified against its pin ``sha256``.
+
+    The pin is the sha256 of the checkpoint's ``SHA256SUMS`` manifest; every file it lists is
+    downloaded and checked. A server without a manifest (checkpoints written before it existed)
+    serves ``config.json`` and ``model.safetensors``, whose manifest is computed here.
+    """
+    from .model import CONFIG, MANIFEST, WEIGHTS, read_manifest
+
+    digest = _hex_digest(sha256)
+    target = settings.cachedir / "checkpoints" / digest[:16]
+    if (target / MANIFEST).is_file() and hashlib.sha256((target / MANIFEST).read_bytes()).hexdigest() == digest:
+        return target  # the files are verified against the manifest when loaded
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -91,24 +167,62 @@ def _download(url: str, sha256: str) -> Path:
             "`bj.settings.cachedir = '/path'` or the BIOMJEPA_CACHE environment variable."
         ) from err
     base = url.rstrip("/")
-    for fname in (CONFIG, WEIGHTS):
-        tmp = target / (fname + ".part")
-        logger.info("Downloading %s/%s", base, fname)
-        with urllib.request.urlopen(f"{base}/{fname}", timeout=60) as r, open(tmp, "wb") as f:
-            shutil.copyfileobj(r, f)
-        os.replace(tmp, target / fname)
-    digest = sha256_file(target / WEIGHTS)
-    if digest != sha256:
-        (target / WEIGHTS).unlink()
-        raise ValueError(f"Downloaded weights from {url} have sha256 {digest}, expected {sha256}; refusing them.")
+    (target / MANIFEST).unlink(missing_ok=True)
+    manifest = target / f"{MANIFEST}.download"
+    if _fetch(f"{base}/{MANIFEST}", manifest):
+        actual = hashlib.sha256(manifest.read_bytes()).hexdigest()
+        listed = read_manifest(manifest.read_text(), f"{base}/{MANIFEST}")
+        if actual != digest:
+            manifest.unlink()
+            if listed.get(WEIGHTS) == digest:
+                raise ValueError(
+                    f"sha256={digest[:12]}… pins only {WEIGHTS} of {url}, which leaves config.json unpinned. Pin the "
+                    f"whole checkpoint: its manifest's sha256 is {actual} (check it against a trusted copy with "
+                    "`biomjepa.model.checkpoint_sha256(dir)`)."
+                )
+            raise ValueError(f"The checkpoint manifest {base}/{MANIFEST} has sha256 {actual}, expected {digest}; refusing it.")
+        files = list(listed)
+    else:
+        files = [CONFIG, WEIGHTS]
+    for name in files:
+        if not _fetch(f"{base}/{name}", target / name):
+            raise FileNotFoundError(f"{base}/{name} does not exist (HTTP 404); is {url} a biomjepa checkpoint?")
+    if manifest.is_file():
+        os.replace(manifest, target / MANIFEST)
+    try:
+        _check_pin(target, digest, url)
+    except Exception:
+        for name in (*files, MANIFEST):
+            (target / name).unlink(missing_ok=True)
+        raise
+    if not (target / MANIFEST).is_file():
+        from .model import write_manifest
+
+        write_manifest(target, [CONFIG, WEIGHTS])
     return target
 
 
 @lru_cache(maxsize=4)
-def _load_cached(path: str, name: str, mtime: float):
+def _load_cached(path: str, name: str, stamp: tuple):
     from .model import load_checkpoint
 
     return load_checkpoint(path, name=name)
+
+
+def _view(model):
+    """A new module sharing ``model``'s weight tensors: ``.to(device)``, ``.train()`` or replacing a
+    parameter on the view leave ``model`` (the cached one) as it is."""
+    import copy
+    from itertools import chain
+
+    import torch
+
+    with torch.device("meta"):  # structure only; the weights come from the cached model
+        view = type(model)(model.config, copy.deepcopy(model.info))
+    view.load_state_dict(model.state_dict(), strict=True, assign=True)
+    if any(t.is_meta for t in chain(view.parameters(), view.buffers())):  # state kept outside state_dict
+        view = copy.deepcopy(model)
+    return view.eval()
 
 
 def load_model(checkpoint: str | os.PathLike | None = None, *, sha256: str | None = None):
@@ -119,14 +233,16 @@ def load_model(checkpoint: str | os.PathLike | None = None, *, sha256: str | Non
     checkpoint
         Registry name, checkpoint directory or URL; default ``bj.settings.checkpoint``.
     sha256
-        Expected sha256 of ``model.safetensors`` for URLs.
+        Expected sha256 of the whole checkpoint (:func:`biomjepa.model.checkpoint_sha256`, the
+        hash of its ``SHA256SUMS`` manifest); required for URLs, checked for directories.
 
     Returns
     -------
-    The cached model; later calls with the same checkpoint return the same object.
+    A CPU model of your own that shares the cached weights (loaded and verified once per
+    checkpoint): moving it to a device or changing its mode does not affect later calls.
     """
-    path, name = resolve_checkpoint(checkpoint, sha256=sha256)
-    from .model import WEIGHTS
+    from .model import CONFIG, MANIFEST, WEIGHTS
 
-    mtime = (path / WEIGHTS).stat().st_mtime if (path / WEIGHTS).exists() else 0.0
-    return _load_cached(str(path.resolve()), name, mtime)
+    path, name = resolve_checkpoint(checkpoint, sha256=sha256)
+    stamp = tuple((path / f).stat().st_mtime_ns if (path / f).exists() else 0 for f in (CONFIG, WEIGHTS, MANIFEST))
+    return _view(_load_cached(str(path.resolve()), name, stamp))

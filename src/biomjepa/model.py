@@ -1,13 +1,18 @@
 """``BiomJEPA``: an encoder plus its checkpoint metadata; safetensors + config.json, never pickle.
 
-A checkpoint is a directory holding ``model.safetensors`` (encoder weights, float32 or bfloat16)
-and ``config.json``::
+A checkpoint is a directory holding ``model.safetensors`` (encoder weights, float32 or bfloat16),
+``config.json``::
 
     {"format": "biomjepa-checkpoint", "format_version": 1, "model": {...ModelConfig...},
      "vocab_hash": "...", "weights_sha256": "...", "weights_dtype": "float32",
      "biomjepa_version": "...", "provenance": {...}}
 
-Loading verifies the weights' sha256 and the vocabulary hash and always restores float32.
+and ``SHA256SUMS``, the manifest: one ``<sha256>  <file>`` line per checkpoint file, sorted by name
+(``sha256sum -c SHA256SUMS`` checks it). The sha256 of the manifest itself,
+:func:`checkpoint_sha256`, pins the whole checkpoint: it is what ``URL#sha256=`` and a registry
+entry's ``checkpoint_sha256`` name. Loading verifies every file the manifest lists (checkpoints
+written before the manifest existed: the weights' sha256 recorded in ``config.json``), the
+vocabulary hash, and always restores float32.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -24,12 +30,13 @@ from torch import nn
 from .data.collate import Batch
 from .nn.config import ModelConfig
 from .nn.encoder import Encoder
-from .nn.pooling import max_top5_pool
+from .nn.pooling import pool
 
 FORMAT = "biomjepa-checkpoint"
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
+MANIFEST = "SHA256SUMS"
 
 
 class CheckpointError(ValueError):
@@ -37,7 +44,7 @@ class CheckpointError(ValueError):
 
 
 class BiomJEPA(nn.Module):
-    """A frozen-embedding model: :class:`~biomjepa.nn.Encoder` + max/top-5 pooling.
+    """A frozen-embedding model: :class:`~biomjepa.nn.Encoder` + the checkpoint's pooling (``config.pooling``).
 
     Attributes
     ----------
@@ -58,8 +65,8 @@ class BiomJEPA(nn.Module):
         return self.encoder(batch.gene_ids, batch.values, batch.mask)
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        """Cell embeddings ``[B, 2D]``."""
-        return max_top5_pool(self.hidden(batch), batch.gene_mask)
+        """Cell embeddings ``[B, 2D]`` with the checkpoint's readout (``config.pooling``)."""
+        return pool(self.hidden(batch), batch.gene_mask, batch.values, self.config.pooling)
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -68,6 +75,80 @@ def sha256_file(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _manifest_text(digests: dict[str, str]) -> str:
+    return "".join(f"{digests[name]}  {name}\n" for name in sorted(digests))
+
+
+def write_manifest(path: str | os.PathLike, files: list[str] | None = None) -> str:
+    """Write ``path/SHA256SUMS`` hashing ``files`` (default: every regular file but the manifest and
+    temporary files); returns the checkpoint's sha256 (:func:`checkpoint_sha256`)."""
+    path = Path(path)
+    if files is None:
+        files = [p.name for p in path.iterdir() if p.is_file() and p.name != MANIFEST
+                 and not p.name.endswith((".tmp", ".part"))]
+    text = _manifest_text({name: sha256_file(path / name) for name in files})
+    tmp = path / f"{MANIFEST}.{os.getpid()}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, path / MANIFEST)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_manifest(text: str, where: str = MANIFEST) -> dict[str, str]:
+    """``{file name: sha256}`` of a manifest's text; plain file names only (no paths)."""
+    out = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r"([0-9a-f]{64})  ([^/\\]+)", line)
+        if m is None or m.group(2) in (".", "..") or m.group(2) in out:
+            raise CheckpointError(f"{where} is not a valid checkpoint manifest (line {line[:100]!r}); the checkpoint is damaged.")
+        out[m.group(2)] = m.group(1)
+    for name in (CONFIG, WEIGHTS):
+        if name not in out:
+            raise CheckpointError(f"{where} does not list {name}; the checkpoint is damaged or was assembled by hand.")
+    return out
+
+
+def verify_manifest(path: str | os.PathLike) -> dict[str, str]:
+    """Check every file ``path/SHA256SUMS`` lists; returns their digests (``{}`` without a manifest).
+
+    Raises
+    ------
+    CheckpointError
+        A listed file is missing or its sha256 differs (damaged, truncated or edited).
+    """
+    path = Path(path)
+    if not (path / MANIFEST).is_file():
+        return {}
+    listed = read_manifest((path / MANIFEST).read_text(), str(path / MANIFEST))
+    for name, recorded in listed.items():
+        if not (path / name).is_file():
+            raise CheckpointError(f"{path / name} is missing (listed in {MANIFEST}). Download or export the checkpoint again.")
+        digest = sha256_file(path / name)
+        if digest != recorded:
+            raise CheckpointError(
+                f"{path / name} is corrupted or truncated: sha256 {digest[:12]}… does not match the recorded "
+                f"{recorded[:12]}… in {MANIFEST} (damaged or edited after export). Download or export it again."
+            )
+    return listed
+
+
+def checkpoint_sha256(path: str | os.PathLike, *, verify: bool = True) -> str:
+    """The sha256 that pins a whole checkpoint directory: that of its ``SHA256SUMS`` manifest.
+
+    Give it as ``URL#sha256=…`` or as a registry entry's ``checkpoint_sha256``. With ``verify``
+    (default) every listed file is checked first. For a checkpoint without a manifest (written
+    before it existed) the digest is that of the manifest :func:`save_checkpoint` would write
+    for its ``config.json`` and ``model.safetensors``.
+    """
+    path = Path(path)
+    if (path / MANIFEST).is_file():
+        if verify:
+            verify_manifest(path)
+        return hashlib.sha256((path / MANIFEST).read_bytes()).hexdigest()
+    read_config(path)
+    text = _manifest_text({name: sha256_file(path / name) for name in (CONFIG, WEIGHTS)})
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def save_checkpoint(
@@ -80,7 +161,8 @@ def save_checkpoint(
     """Write ``model``'s encoder to directory ``path`` (created); returns the directory.
 
     ``dtype=torch.bfloat16`` halves the file; loading restores float32. Files are written to a
-    temporary name first and renamed, so a crash never leaves a half-written checkpoint.
+    temporary name first and renamed, so a crash never leaves a half-written checkpoint; the
+    ``SHA256SUMS`` manifest (:func:`checkpoint_sha256`) is written last.
     """
     from . import __version__
     from .data.vocab import Vocab
@@ -106,6 +188,7 @@ def save_checkpoint(
     tmp = path / (CONFIG + ".tmp")
     tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
     os.replace(tmp, path / CONFIG)
+    write_manifest(path, [CONFIG, WEIGHTS])
     return path
 
 
@@ -135,14 +218,16 @@ def load_checkpoint(path: str | os.PathLike, *, name: str | None = None, verify:
     Raises
     ------
     CheckpointError
-        Missing files, a sha256 mismatch (corrupted/truncated weights), a vocabulary other than
-        the bundled one, or weights that do not fit the recorded config.
+        Missing files, a sha256 mismatch (a file corrupted, truncated or edited after export,
+        checked against ``SHA256SUMS``), a vocabulary other than the bundled one, or weights that
+        do not fit the recorded config.
     """
     from .data.vocab import Vocab
 
     path = Path(path)
     meta = read_config(path)
-    digest = sha256_file(path / WEIGHTS)
+    listed = verify_manifest(path) if verify else {}
+    digest = listed.get(WEIGHTS) or sha256_file(path / WEIGHTS)
     if verify and digest != meta.get("weights_sha256"):
         raise CheckpointError(
             f"{path / WEIGHTS} is corrupted or truncated: sha256 {digest[:12]}… does not match the "
@@ -160,7 +245,10 @@ def load_checkpoint(path: str | os.PathLike, *, name: str | None = None, verify:
     except Exception as err:  # safetensors raises several types for damaged files
         raise CheckpointError(f"Could not read {path / WEIGHTS} ({err}); the file is damaged.") from err
     info = {"name": name or str(path), "path": str(path), "sha256": digest, **meta}
-    model = BiomJEPA(config, info)
+    if (path / MANIFEST).is_file():
+        info["checkpoint_sha256"] = checkpoint_sha256(path, verify=False)
+    with torch.random.fork_rng(devices=[]):  # the random init is overwritten: leave the caller's RNG alone
+        model = BiomJEPA(config, info).float()
     try:
         model.encoder.load_state_dict(state, strict=True)
     except RuntimeError as err:

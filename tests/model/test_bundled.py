@@ -9,7 +9,7 @@ import pytest
 
 import biomjepa as bj
 from biomjepa._pretrained import REGISTRY, resolve_checkpoint
-from biomjepa.model import CONFIG, WEIGHTS, sha256_file
+from biomjepa.model import CONFIG, MANIFEST, WEIGHTS, checkpoint_sha256, sha256_file
 
 #: v0.1 measured 0.71 (chance 0.25, PCA-50 far higher); a retrained model must stay clearly above chance.
 AGREE_MARGIN = 0.3
@@ -20,7 +20,12 @@ def test_default_checkpoint_is_registered_and_pinned():
     path, name = resolve_checkpoint()
     entry = REGISTRY["biomjepa-mini"]
     assert name == f"biomjepa-mini-v{entry['version']}"
-    assert sha256_file(path / WEIGHTS) == entry["sha256"]
+    # the whole checkpoint (its SHA256SUMS manifest; checkpoints before v0.2: the weights only)
+    assert "checkpoint_sha256" in entry or not (path / MANIFEST).is_file()
+    if "checkpoint_sha256" in entry:
+        assert checkpoint_sha256(path) == entry["checkpoint_sha256"]
+    if "sha256" in entry:
+        assert sha256_file(path / WEIGHTS) == entry["sha256"]
     assert (path / WEIGHTS).stat().st_size < 25 * 2**20  # the issue's size budget
     meta = json.loads((path / CONFIG).read_text())
     prov = meta["provenance"]
@@ -56,6 +61,26 @@ def test_bundled_model_separates_pancreas_cell_types():
     agree = float((y[idx] == y[:, None]).mean())
     chance = float(sum((y == c).mean() ** 2 for c in np.unique(y)))
     assert agree > chance + AGREE_MARGIN, (agree, chance)
+
+
+def test_bundled_model_sees_identity_not_depth():
+    """The guard of issue 13 on 400 held-out pancreas cells: the default embedding spreads over many
+    directions (effective rank ≥ 10; v0.1 had 1.1) and its leading axis and norm do not track the
+    number of detected genes (the paper's depth association ≤ 0.4; v0.1 had 0.77)."""
+    from biomjepa.bench.geometry import depth_association, effective_rank
+
+    adata = bj.datasets.pancreas()
+    rows = np.sort(np.random.default_rng(0).choice(adata.n_obs, 400, replace=False))
+    adata = adata[rows].copy()
+    bj.pp.map_vocab(adata)
+    bj.tl.embed(adata)
+    Z = adata.obsm["X_biomjepa"]
+    total = np.asarray(adata.X.sum(1)).ravel()
+    detected = np.asarray((adata.X > 0).sum(1)).ravel()
+    rank = effective_rank(Z)
+    depth = depth_association(Z, total, detected)["depth_nnz"]
+    assert rank >= 10, rank
+    assert depth <= 0.4, depth
 
 
 def test_full_length_cells_embed_the_same_whatever_the_batch_size(monkeypatch):

@@ -13,7 +13,16 @@ import torch
 
 import biomjepa as bj
 from biomjepa._pretrained import load_model, resolve_checkpoint
-from biomjepa.model import CONFIG, WEIGHTS, BiomJEPA, CheckpointError, load_checkpoint, save_checkpoint
+from biomjepa.model import (
+    CONFIG,
+    WEIGHTS,
+    BiomJEPA,
+    CheckpointError,
+    checkpoint_sha256,
+    load_checkpoint,
+    save_checkpoint,
+    write_manifest,
+)
 from biomjepa.nn import ModelConfig
 
 
@@ -60,6 +69,7 @@ def test_other_vocabulary_refused(tmp_path):
     meta = json.loads((tmp_path / "c" / CONFIG).read_text())
     meta["vocab_hash"] = "0123456789abcdef"
     (tmp_path / "c" / CONFIG).write_text(json.dumps(meta))
+    write_manifest(tmp_path / "c", [CONFIG, WEIGHTS])  # a consistent checkpoint of another vocabulary
     with pytest.raises(CheckpointError, match="another vocabulary"):
         load_checkpoint(tmp_path / "c")
 
@@ -72,8 +82,11 @@ def test_not_a_checkpoint(tmp_path):
 
 
 def test_lazy_cached_loading(tmp_path):
+    """Loaded once: every call gets its own module over the same cached weight tensors."""
     save_checkpoint(_model(), tmp_path / "c")
-    assert load_model(str(tmp_path / "c")) is load_model(str(tmp_path / "c"))
+    a, b = load_model(str(tmp_path / "c")), load_model(str(tmp_path / "c"))
+    assert a is not b
+    assert a.encoder.gene_embedding.weight.data_ptr() == b.encoder.gene_embedding.weight.data_ptr()
 
 
 @pytest.fixture
@@ -95,9 +108,9 @@ def test_http_download_verified(http_root, tmp_path, monkeypatch):
     src = save_checkpoint(_model(), tmp_path / "c")
     shutil.copytree(src, root / "tiny")
     monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache")
-    sha = json.loads((src / CONFIG).read_text())["weights_sha256"]
+    sha = checkpoint_sha256(src)  # the whole checkpoint, not only the weights
     model = load_model(f"{url}/tiny#sha256={sha}")
-    assert model.info["sha256"] == sha
+    assert model.info["checkpoint_sha256"] == sha
     assert (tmp_path / "cache" / "checkpoints" / sha[:16] / WEIGHTS).is_file()
     with pytest.raises(ValueError, match="expected"):
         resolve_checkpoint(f"{url}/tiny", sha256="0" * 64)
