@@ -19,6 +19,24 @@ def existing_file(value: str) -> str:
     return str(path)
 
 
+def output_file(value: str) -> str:
+    """A file that can be written: not a directory, in an existing writable directory, and not a
+    read-only file; checked before any work so a long run never fails at its last step."""
+    import os
+
+    path = Path(value).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} is a directory; give the output file's name, e.g. {value}/out.h5ad")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the directory of {value!r} does not exist; create {str(parent)!r} first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into the directory {str(parent)!r} (permission denied)")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{value!r} exists and is not writable")
+    return str(path)
+
+
 def train_config(value: str) -> str:
     """A preset name (``tiny``, ``mini``, ``base``) or an existing YAML file."""
     if value in TRAIN_PRESETS:

@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 
-from ._cli_types import TRAIN_PRESETS, existing_file, positive_int, train_config
+from ._cli_types import TRAIN_PRESETS, existing_file, output_file, positive_int, train_config
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -33,12 +33,27 @@ def _embed(args: argparse.Namespace) -> None:
     import biomjepa as bj
 
     adata = ad.read_h5ad(args.input)
-    bj.pp.map_vocab(adata, gene_key=args.gene_key, layer=args.layer, species=args.species)
+    bj.pp.map_vocab(adata, gene_key=args.gene_key, layer=args.layer, species=args.species, id_type=args.id_type)
     rep = adata.uns["biomjepa"]["vocab"]
     print(f"mapped {rep['n_matched']}/{rep['n_vars']} genes; {rep['count_fraction']:.1%} of counts kept")
     bj.tl.embed(adata, checkpoint=args.checkpoint, layer=args.layer, batch_size=args.batch_size, device=args.device)
-    adata.write_h5ad(args.output)
+    write_h5ad_atomic(adata, args.output)
     print(f"wrote obsm['X_biomjepa'] {adata.obsm['X_biomjepa'].shape} to {args.output}")
+
+
+def write_h5ad_atomic(adata, output: str) -> None:
+    """Write to a temporary file next to ``output`` and rename it: an interrupted write (kill, full
+    disk) leaves ``output``, which may be the input file itself, as it was."""
+    import os
+    from pathlib import Path
+
+    out = Path(output)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.h5ad")
+    try:
+        adata.write_h5ad(tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -66,10 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO level, progress bars)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    d = sub.add_parser("demo", help="embed the bundled pancreas demo and write a UMAP PNG", epilog=_EPILOG,
+    d = sub.add_parser("demo", help="embed the bundled pancreas demo, cluster it (Leiden) and write a UMAP PNG",
+                       epilog=_EPILOG,
                        description="Embed the 1,074 bundled Baron pancreas cells (bj.datasets.pancreas), run "
-                       "scanpy neighbors + UMAP on obsm['X_biomjepa'] and write OUT/pancreas_embedded.h5ad and "
-                       "OUT/umap_pancreas.png, with the bundled pretrained `biomjepa-mini` checkpoint unless "
+                       "scanpy neighbors + UMAP + Leiden on obsm['X_biomjepa'], print the clusters' adjusted Rand index "
+                       "against the cell types and write OUT/pancreas_embedded.h5ad and OUT/umap_pancreas.png "
+                       "(coloured by cell type and by Leiden cluster), with the bundled pretrained `biomjepa-mini` checkpoint unless "
                        "--checkpoint is given.")
     d.add_argument("--out", default="demo_out", metavar="DIR", help="output directory (default: demo_out)")
     d.add_argument("--checkpoint", default=None, help=_CHECKPOINT_HELP)
@@ -82,10 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
                        "(bj.tl.embed) and write INPUT plus var['biomjepa_token'], uns['biomjepa'] and "
                        "obsm['X_biomjepa'] to OUTPUT. INPUT must hold raw integer counts (in X or --layer).")
     e.add_argument("input", type=existing_file, help="input .h5ad with raw counts")
-    e.add_argument("output", help="output .h5ad (input + obsm['X_biomjepa']); overwritten if it exists")
+    e.add_argument("output", type=output_file,
+                   help="output .h5ad (input + obsm['X_biomjepa']); replaced only once fully written, so it may "
+                   "be INPUT itself")
     e.add_argument("--checkpoint", default=None, help=_CHECKPOINT_HELP)
     e.add_argument("--layer", default=None, help="layer holding raw counts (default: X)")
     e.add_argument("--gene-key", default=None, help="var column with gene symbols / Ensembl / Entrez ids (default: var_names)")
+    e.add_argument("--id-type", default="auto", choices=["auto", "entrez"],
+                   help="auto: all-digit gene names are ambiguous and left unmapped; entrez: they are Entrez gene ids "
+                   "(default: auto)")
     e.add_argument("--species", default="human", choices=["human", "mouse"],
                    help="species of the gene identifiers; mouse maps through 1:1 orthologs (default: human)")
     e.add_argument("--batch-size", type=positive_int, default=None, help="cells per forward pass (default: bj.settings.batch_size, 64)")

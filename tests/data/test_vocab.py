@@ -78,11 +78,15 @@ def test_classify_and_positions():
 
 def test_resolve_rules():
     v = Vocab.default()
-    res = resolve_identifiers(["TP53", "ENSG00000111640.15", "60", "BMAL1", "2F1", "C1ORF112", "XYZ"])
+    names = ["TP53", "ENSG00000111640.15", "60", "BMAL1", "2F1", "C1ORF112", "XYZ"]
+    res = resolve_identifiers(names, id_type="entrez")
     expected = [*v.index_of(["TP53", "GAPDH", "ACTB", "ARNTL"]).tolist(), -1, v.index_of(["C1orf112"])[0], -1]
     assert res.token.tolist() == expected
     assert res.method.tolist() == ["official", "ensembl", "entrez", "alias", "", "official", ""]
     assert res.id_type == "mixed"
+    auto = resolve_identifiers(names)  # all-digit names are ambiguous unless id_type="entrez"
+    assert auto.token[2] == -1 and auto.kind[2] == "numeric"
+    assert np.array_equal(np.delete(auto.token, 2), np.delete(res.token, 2))
 
 
 def test_alias_does_not_duplicate_official():

@@ -71,7 +71,7 @@ def test_ensembl_with_version():
 
 def test_entrez():
     a = make(["7157", "2597", "60", "999999999"])
-    bj.pp.map_vocab(a)
+    bj.pp.map_vocab(a, id_type="entrez")
     assert a.var["biomjepa_token"].tolist() == [*idx("TP53", "GAPDH", "ACTB"), -1]
     assert report(a)["id_type"] == "entrez"
 

@@ -111,3 +111,47 @@ def test_embedding_regularizer_is_logged_and_reaches_the_student(tmp_path):
     assert model.student.blocks[-1].ffn[2].weight.grad.abs().sum() > 0
     g = model.predictor.blocks[0].ffn[0].weight.grad
     assert g is None or not g.any()  # the predictor plays no part
+
+
+def test_pca_gene_init_cell_centre_and_probe_log(tmp_path, counts_adata):
+    """gene_init=pca starts gene embeddings from the corpus' PC loadings; the probe is scored at step 0
+    and at every checkpoint for every readout."""
+    from biomjepa.nn.pooling import POOLINGS
+    from biomjepa.train.gene_init import pca_gene_embedding
+    from biomjepa.train.shards import Corpus
+
+    probe = tmp_path / "probe.h5ad"
+    counts_adata.write_h5ad(probe)
+    cfg = tiny_config(tmp_path, steps=2, checkpoint_every=2, gene_init="pca", target_centre="gene",
+                      cell_centre=True, probe=str(probe), probe_label_key="group", probe_cells=45)
+    run = pretrain(cfg)
+    log = pd.read_csv(run / "probe.csv")
+    assert sorted(set(log["step"])) == [0, 2]
+    for _, g in log.groupby("step"):
+        assert sorted(g["pooling"]) == sorted(POOLINGS)
+    assert (log["n_cells"] == 45).all()
+    assert np.isfinite(log[["effective_rank", "depth_nnz", "macro_f1_k5"]].to_numpy()).all()
+
+    E = pca_gene_embedding(Corpus(cfg.cache_dir), 19264, 32, scale=0.02, seed=cfg.seed)
+    detected = np.abs(E[:1500, :31]).sum(1) > 0
+    assert detected.mean() > 0.9  # the synthetic cells express the first 1,500 genes
+    assert np.isclose(E[:1500][detected, :31].std(), 0.02, rtol=0.05)
+    assert np.abs(E[1500:]).max() < 0.02  # never-seen genes: small random embeddings
+    # a fresh run starts from exactly these embeddings (step-0 probe came from them)
+    E2 = pca_gene_embedding(Corpus(cfg.cache_dir), 19264, 32, scale=0.02, seed=cfg.seed)
+    np.testing.assert_array_equal(E, E2)
+
+
+def test_cell_centre_needs_gene_centre(tmp_path):
+    with pytest.raises(ValueError, match="cell_centre"):
+        tiny_config(tmp_path, cell_centre=True, target_centre="global")
+
+
+def test_export_records_pooling(tmp_path):
+    import json
+
+    run = pretrain(tiny_config(tmp_path, steps=1))
+    out = export(run, tmp_path / "export", pooling="centred_max_top5")
+    assert json.loads((out / "config.json").read_text())["model"]["pooling"] == "centred_max_top5"
+    with pytest.raises(ValueError, match="pooling"):
+        export(run, tmp_path / "bad", pooling="mean")

@@ -29,6 +29,21 @@ def get_modality(data, mod: str | None = None):
     return data
 
 
+def write_joint_obsm(data, mod: str | None, key: str, values: np.ndarray) -> None:
+    """Copy a modality's ``[n_mod, d]`` per-cell ``values`` into ``data.obsm[key]`` when ``data`` is a MuData.
+
+    muon keeps embeddings that describe the cells on the MuData itself (``mdata.obsm["X_mofa"]``,
+    ``mdata.obsm["X_umap"]``); cells missing from the modality get NaN, as in ``muon.tl.mofa``.
+    A no-op for AnnData input.
+    """
+    if not hasattr(data, "mod"):
+        return
+    where = np.asarray(data.obsmap[mod or "rna"], dtype=np.int64)  # 1-based row in the modality, 0 = absent
+    out = np.full((data.n_obs, values.shape[1]), np.nan, dtype=values.dtype)
+    out[where > 0] = values[where[where > 0] - 1]
+    data.obsm[key] = out
+
+
 def token_column(adata, key: str = TOKEN_KEY) -> np.ndarray:
     """The ``var`` vocabulary-index column written by :func:`biomjepa.pp.map_vocab`."""
     if key not in adata.var:

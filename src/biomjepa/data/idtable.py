@@ -5,7 +5,9 @@ Pure array code: no AnnData here. :func:`biomjepa.pp.map_vocab` is the AnnData-l
 Rules, applied per identifier by its own kind:
 
 * Ensembl (``ENSG\\d+``, version suffix ``.12`` stripped) → bundled Ensembl table.
-* Entrez (all digits) → bundled Entrez table.
+* All-digit names are ambiguous: Entrez ids, or integer labels left over from an export (a subset
+  of ``'1'…'n'`` looks just like Entrez ids). They stay unmapped (kind ``"numeric"``) unless the
+  caller says ``id_type="entrez"``; then → bundled Entrez table.
 * Symbols → exact vocabulary symbol; else, for an upper-case name, the symbol with that upper-case
   form (``C1ORF112`` → ``C1orf112``); else an unambiguous alias / current symbol, unless that
   token is already held by an exact official symbol of the same data.
@@ -23,6 +25,7 @@ import pandas as pd
 from .vocab import Vocab, id_maps, mouse_orthologs
 
 METHODS = ("official", "alias", "ensembl", "entrez", "ortholog")
+ID_TYPES = ("auto", "entrez")
 _ENSEMBL = r"^ENSG\d+"
 # mouse/rat-style symbols: Capitalised (Gcg, Ins1, Rpl13a), mt- genes, Riken clones, Gm models
 _MOUSE_LIKE = r"^(?:[A-Z][a-z][A-Za-z0-9-]*|mt-[A-Z][a-z0-9]+|\d+[A-Z]\d+Rik|Gm\d+)$"
@@ -39,7 +42,8 @@ class Resolution:
     method
         ``[n]`` object: one of :data:`METHODS`, or ``""`` when unmapped.
     kind
-        ``[n]`` object: ``"ensembl"``, ``"entrez"``, ``"symbol"`` or ``"missing"``.
+        ``[n]`` object: ``"ensembl"``, ``"entrez"``, ``"symbol"``, ``"missing"``, or ``"numeric"``
+        (all-digit names left unmapped because ``id_type="entrez"`` was not given).
     """
 
     token: np.ndarray
@@ -146,6 +150,7 @@ def resolve_identifiers(
     species: str = "human",
     orthologs: pd.DataFrame | str | PathLike | None = None,
     vocab: Vocab | None = None,
+    id_type: str = "auto",
 ) -> Resolution:
     """Map identifiers onto vocabulary indices, each by its own kind (see module docstring).
 
@@ -159,14 +164,21 @@ def resolve_identifiers(
         Table of ``(species symbol, human symbol)`` pairs for a species other than human/mouse.
     vocab
         Vocabulary; default :meth:`Vocab.default`.
+    id_type
+        ``"auto"`` (default): each name by its own kind, all-digit names left unmapped as
+        ambiguous; ``"entrez"``: all-digit names are Entrez gene ids.
 
     Returns
     -------
     :class:`Resolution` with ``token``, ``method`` and ``kind`` per identifier.
     """
+    if id_type not in ID_TYPES:
+        raise ValueError(f"id_type must be one of {ID_TYPES}, got {id_type!r}.")
     vocab = vocab or Vocab.default()
     names = clean_names(names)
     kind = classify(names)
+    if id_type == "auto":
+        kind[kind == "entrez"] = "numeric"
     token = np.full(len(names), -1, dtype=np.int64)
     method = np.full(len(names), "", dtype=object)
     maps = id_maps()

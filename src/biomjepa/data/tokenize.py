@@ -89,23 +89,43 @@ def token_matrix(token: np.ndarray, vocab_size: int) -> sparse.csr_matrix:
 
 
 def check_counts(X, *, where: str = "X") -> None:
-    """Raise a clear error unless ``X`` holds finite, non-negative raw counts.
+    """Raise a clear error unless ``X`` holds finite, non-negative, integer raw counts.
 
-    Checks NaN/Inf, negative values and non-integer values (log-normalized or scaled input).
-    Works on dense arrays and scipy sparse matrices without densifying them.
+    Every stored value is checked (NaN/Inf, negative, non-integer: log-normalized or scaled
+    input), in slices of :data:`CHECK_SLICE` values so the temporary arrays stay small; integer
+    matrices need only the sign check. Boolean matrices (presence/absence) are refused. Works on
+    dense arrays and scipy sparse matrices without densifying them.
     """
     data = X.data if sparse.issparse(X) else np.asarray(X).ravel()
+    if data.dtype == np.bool_:
+        raise ValueError(
+            f"{where} is a boolean (presence/absence) matrix, not raw counts; biomjepa needs integer counts. "
+            "Pass `layer=` naming the layer that holds raw integer counts (e.g. layer='counts')."
+        )
     if data.size == 0:
         return
-    if not np.all(np.isfinite(data)):
+    if np.issubdtype(data.dtype, np.integer):
+        if data.min() < 0:
+            raise ValueError(_NEGATIVE.format(where=where))
+        return
+    for start in range(0, data.size, CHECK_SLICE):
+        _check_slice(data[start : start + CHECK_SLICE], where)
+
+
+CHECK_SLICE = 1 << 20
+_NEGATIVE = (
+    "{where} contains negative values; biomjepa needs raw counts. "
+    "Pass `layer=` naming the layer with raw counts (e.g. layer='counts')."
+)
+
+
+def _check_slice(values: np.ndarray, where: str) -> None:
+    if not np.isfinite(values).all():
         raise ValueError(f"{where} contains NaN or Inf values; biomjepa needs finite raw counts.")
-    if data.min() < 0:
-        raise ValueError(
-            f"{where} contains negative values; biomjepa needs raw counts. "
-            "Pass `layer=` naming the layer with raw counts (e.g. layer='counts')."
-        )
-    sample = data[: 200_000]
-    if not np.allclose(sample, np.round(sample), atol=1e-4):
+    if values.min() < 0:
+        raise ValueError(_NEGATIVE.format(where=where))
+    frac = values - np.rint(values)
+    if np.abs(frac, out=frac).max() > 1e-4:
         raise ValueError(
             f"{where} does not look like raw counts (non-integer values, e.g. log-normalized data). "
             "Pass `layer=` naming the layer that holds raw integer counts (e.g. layer='counts')."

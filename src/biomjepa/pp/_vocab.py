@@ -38,6 +38,7 @@ def map_vocab(
     layer: str | None = None,
     species: str = "human",
     orthologs: pd.DataFrame | str | PathLike | None = None,
+    id_type: str = "auto",
     mod: str | None = None,
     key_added: str | None = None,
     copy: bool = False,
@@ -45,8 +46,10 @@ def map_vocab(
     """Map each gene (var) onto the 19,264-gene model vocabulary.
 
     Identifiers are read from ``var_names`` or ``var[gene_key]`` and resolved each by its own kind:
-    Ensembl gene IDs (``ENSG…``, version suffix ignored), Entrez IDs (digits), or symbols (official
-    symbol, then its upper-case form, then unambiguous aliases; ambiguous aliases are never used).
+    Ensembl gene IDs (``ENSG…``, version suffix ignored), symbols (official symbol, then its
+    upper-case form, then unambiguous aliases; ambiguous aliases are never used), or, with
+    ``id_type="entrez"``, Entrez IDs (digits). All-digit names are otherwise ambiguous (Entrez ids,
+    or integer labels such as a subset of ``'1'…'n'``) and stay unmapped, with a warning.
     For ``species="mouse"`` symbols first go through bundled 1:1 human–mouse orthologs; other
     species need ``orthologs=``. Several vars may map to one token: the tokenizer sums their counts.
     ``X`` is never modified; a sparse matrix is never densified; backed AnnData is read in row chunks.
@@ -67,6 +70,9 @@ def map_vocab(
         ``"human"`` (default), ``"mouse"``, or another name together with ``orthologs``.
     orthologs
         DataFrame or CSV/TSV path with two columns: the species' gene symbol, the human symbol.
+    id_type
+        ``"auto"`` (default): all-digit names are left unmapped; ``"entrez"``: they are Entrez
+        gene ids. Other names are resolved by their own kind either way.
     mod
         MuData modality to use (default ``"rna"``); only for MuData input.
     key_added
@@ -84,10 +90,11 @@ def map_vocab(
         dict: ``n_vars``; ``n_matched`` (vars mapped); ``n_tokens`` (distinct tokens hit);
         ``vocab_coverage`` (``n_tokens / 19264``); ``count_fraction`` (share of the total counts of
         ``X``/``layer`` on mapped vars; NaN when there are no counts or non-finite values); ``id_type`` (``"symbol"``,
-        ``"ensembl"``, ``"entrez"`` or ``"mixed"``); ``species``; ``n_duplicate_tokens`` (tokens hit
+        ``"ensembl"``, ``"entrez"``, ``"numeric"`` (all-digit, unmapped) or ``"mixed"``);
+        ``n_numeric_unmapped`` (all-digit names left unmapped); ``species``; ``n_duplicate_tokens`` (tokens hit
         by several vars) and ``duplicate_examples``; ``unmapped_examples`` (≤ 10 names);
         ``vocab_hash``; ``methods`` (vars mapped per rule: official, alias, ensembl, entrez,
-        ortholog); ``params`` (gene_key, layer, species, key_added).
+        ortholog); ``params`` (gene_key, layer, species, id_type, key_added).
 
     Raises
     ------
@@ -104,7 +111,7 @@ def map_vocab(
     if target.n_vars == 0 or target.n_obs == 0:
         raise ValueError(f"AnnData is empty ({target.n_obs} cells × {target.n_vars} genes): nothing to map.")
     names = _gene_names(target, gene_key)
-    res = resolve_identifiers(names, species=species, orthologs=orthologs)
+    res = resolve_identifiers(names, species=species, orthologs=orthologs, id_type=id_type)
     _check_overlap(target, names, res, gene_key=gene_key, species=species)
 
     key = key_added or TOKEN_KEY
@@ -113,6 +120,7 @@ def map_vocab(
         "gene_key": gene_key or "var_names",
         "layer": layer or "X",
         "species": species,
+        "id_type": id_type,
         "key_added": key,
     }
     _log_report(report)
@@ -143,6 +151,13 @@ def _check_overlap(adata, names: pd.Series, res: Resolution, *, gene_key, specie
     if n_matched > 0 and not (mouse_like and n_matched < 0.1 * len(names)):
         return
     hints = []
+    numeric = res.kind == "numeric"
+    if numeric.any():
+        hints.append(
+            f"{int(numeric.sum())} names are all digits (e.g. {names[numeric][:3].tolist()}), which may be Entrez "
+            "ids or integer labels: pass id_type=\"entrez\" if they are Entrez gene ids, or gene_key= naming a "
+            "var column of gene symbols"
+        )
     if mouse_like:
         hints.append('the names look like mouse genes (e.g. "Gcg", "Ins1"): pass species="mouse"')
     if gene_key is None:
@@ -172,6 +187,7 @@ def _report(adata, names: pd.Series, res: Resolution, *, layer: str | None, spec
         "vocab_coverage": n_tokens / vocab.size,
         "count_fraction": count_fraction(_matrix(adata, layer), mapped),
         "id_type": res.id_type,
+        "n_numeric_unmapped": int((res.kind == "numeric").sum()),
         "species": species,
         "n_duplicate_tokens": len(dup_tokens),
         "duplicate_examples": dup_examples,
@@ -200,6 +216,13 @@ def _log_report(report: dict) -> None:
             "(e.g. %s)",
             report["n_duplicate_tokens"],
             "; ".join(report["duplicate_examples"][:3]),
+        )
+    if report["n_numeric_unmapped"]:
+        warnings.warn(
+            f"{report['n_numeric_unmapped']} gene names are all digits and were left unmapped: they could be Entrez "
+            "ids or integer labels. Pass id_type=\"entrez\" if they are Entrez gene ids.",
+            UserWarning,
+            stacklevel=3,
         )
     frac = report["count_fraction"]
     if frac < LOW_COUNT_FRACTION:  # False for NaN

@@ -1,16 +1,23 @@
-"""Training-state checkpoints (atomic, resumable) and export of the inference checkpoint.
+"""Training-state checkpoints (atomic, resumable, loaded without pickle code) and export of the inference checkpoint.
 
 A state file ``run_dir/checkpoints/step_XXXXXXXX.pt`` holds student + predictor (``model``),
 ``teacher``, ``optimizer``, ``step``, ``consumed`` micro-batches, ``centre``, ``bad_steps``, RNG
-states (torch, CUDA, numpy, python) and the config. It is written to a temporary file and renamed,
-then ``LATEST`` (a text file naming it) is replaced the same way, so a crash never leaves a torn
-checkpoint. Rank 0 writes; the state is identical across ranks (DDP + all-reduced centre).
+states (torch, CUDA, numpy, python) and the config. It is written to a temporary file (named after
+the writing process) and renamed, then ``LATEST`` (a text file naming it) is replaced the same way,
+so a crash never leaves a torn checkpoint. Rank 0 writes; the state is identical across ranks (DDP
++ all-reduced centre).
+
+Everything in a state is a tensor, a number, a string or a list/tuple/dict of those, so
+:func:`load_state` reads it with ``torch.load(weights_only=True)``: a crafted ``step_*.pt`` cannot
+run code. :func:`resume_mismatch` names what differs between a saved state and a new config.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import pickle
 import random
 from pathlib import Path
 
@@ -19,21 +26,44 @@ import torch
 
 logger = logging.getLogger(__name__)
 LATEST = "LATEST"
+#: TrainConfig keys a resumed run must share with its saved state (besides the encoder's ModelConfig
+#: and the prepared corpus): what is trained, on what, and the shapes of the saved tensors.
+RESUME_KEYS = ("corpus", "objective", "pred_layers", "pred_heads", "pred_width", "target_centre", "cell_centre")
 
 
 def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """The global RNG states as tensors and plain containers (loadable with ``weights_only=True``)."""
+    _, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
+                  "cached_gaussian": float(gauss)},
+        "python": random.getstate(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    """Restore :func:`rng_state` (also the numpy tuple of states written before biomjepa 0.2)."""
+    torch.set_rng_state(torch.as_tensor(state["torch"]).cpu())  # a state loaded onto CUDA works too
+    np.random.set_state(_numpy_state(state["numpy"]))
+    random.setstate(tuple(state["python"]))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([torch.as_tensor(s).cpu() for s in state["cuda"]])
+
+
+def _numpy_state(saved) -> tuple:
+    if isinstance(saved, dict):
+        keys = np.asarray(torch.as_tensor(saved["keys"]).cpu().numpy(), dtype=np.uint32)
+        return "MT19937", keys, int(saved["pos"]), int(saved["has_gauss"]), float(saved["cached_gaussian"])
+    return tuple(saved)  # pre-0.2: ("MT19937", uint32 ndarray, pos, has_gauss, cached_gaussian)
+
+
+def _tmp_name(path: Path) -> Path:
+    """A temporary name next to ``path`` that no other process uses."""
+    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
 
 
 def save_state(run_dir: str | os.PathLike, state: dict, *, keep: int = 2) -> Path:
@@ -41,10 +71,10 @@ def save_state(run_dir: str | os.PathLike, state: dict, *, keep: int = 2) -> Pat
     ckdir = Path(run_dir) / "checkpoints"
     ckdir.mkdir(parents=True, exist_ok=True)
     path = ckdir / f"step_{int(state['step']):08d}.pt"
-    tmp = path.with_suffix(".pt.tmp")
+    tmp = _tmp_name(path)
     torch.save(state, tmp)
     os.replace(tmp, path)
-    tmp = ckdir / (LATEST + ".tmp")
+    tmp = _tmp_name(ckdir / LATEST)
     tmp.write_text(path.name)
     os.replace(tmp, ckdir / LATEST)
     old = sorted(ckdir.glob("step_*.pt"))[:-keep] if keep > 0 else []
@@ -62,12 +92,93 @@ def latest_state(run_dir: str | os.PathLike) -> Path | None:
     return path if path.is_file() else None
 
 
+def _numpy_rng_globals() -> list:
+    """Exactly what pickling a numpy ``uint32`` array needs (``np.random.get_state()`` before 0.2)."""
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _reconstruct
+    return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
 def load_state(path: str | os.PathLike, map_location="cpu") -> dict:
-    """Load a training-state file (our own files: ``weights_only=False`` for numpy RNG state)."""
-    return torch.load(path, map_location=map_location, weights_only=False)
+    """Load a training-state file with ``torch.load(weights_only=True)``; never runs pickled code.
+
+    States written before biomjepa 0.2 hold the numpy RNG state as a ``uint32`` array; for those
+    (and only when the plain load fails) the load is retried, still with ``weights_only=True``,
+    with numpy's array-reconstruction globals allowed (:func:`torch.serialization.safe_globals`),
+    and the state is converted to the current form.
+
+    Raises
+    ------
+    ValueError
+        The file holds other Python objects (not a state written by :func:`save_state`).
+    """
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "numpy" not in str(err) or not hasattr(torch.serialization, "safe_globals"):
+            raise _unsafe(path, err) from None
+        try:
+            with torch.serialization.safe_globals(_numpy_rng_globals()):
+                state = torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as err2:
+            raise _unsafe(path, err2) from None
+    rng = state.get("rng") if isinstance(state, dict) else None
+    if isinstance(rng, dict) and isinstance(rng.get("numpy"), (tuple, list)):
+        _, keys, pos, has_gauss, gauss = rng["numpy"]
+        rng["numpy"] = {"keys": torch.as_tensor(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
+                        "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)}
+    return state
 
 
-def export(source, out_dir: str | os.PathLike, *, which: str = "teacher", dtype=torch.float32) -> Path:
+def _unsafe(path, err) -> ValueError:
+    return ValueError(
+        f"{path} is not a biomjepa training state that can be loaded safely: it holds Python objects other "
+        f"than tensors, numbers, strings and containers ({str(err).splitlines()[-1][:200]}). It was not written "
+        "by biomjepa.train (or was altered); refusing to unpickle it."
+    )
+
+
+def _plain(value):
+    """A JSON-normalised copy (tuples → lists, sorted keys) for comparing configs."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def resume_mismatch(
+    saved: dict, *, config: dict | None = None, model_config: dict | None = None, corpus_key: str | None = None
+) -> list[str]:
+    """``"key: saved → new"`` for each setting in which a new run differs from the ``saved`` state.
+
+    Each of the encoder's ``model_config`` (reported as ``model.KEY``), the :data:`RESUME_KEYS` of
+    the training ``config`` and the prepared ``corpus_key`` is compared when given.
+    """
+    from ..nn.config import ModelConfig
+
+    out = []
+    if model_config is not None and "model_config" in saved:
+        old_mc = ModelConfig.from_dict(saved.get("model_config", {})).to_dict()  # older states: defaults filled in
+        for k in sorted(set(old_mc) | set(model_config)):
+            if _plain(old_mc.get(k)) != _plain(model_config.get(k)):
+                out.append(f"model.{k}: {old_mc.get(k)!r} → {model_config.get(k)!r}")
+    old = saved.get("config", {})
+    for k in RESUME_KEYS if config is not None else ():
+        if k in old and _plain(old[k]) != _plain(config.get(k)):
+            out.append(f"{k}: {_short(old[k])} → {_short(config.get(k))}")
+    old_key = saved.get("corpus", {}).get("key")
+    if corpus_key is not None and old_key is not None and old_key != corpus_key:
+        out.append(f"corpus key (prepared shards): {old_key} → {corpus_key}")
+    return out
+
+
+def _short(value, n: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def export(
+    source, out_dir: str | os.PathLike, *, which: str = "teacher", dtype=torch.float32, pooling: str | None = None
+) -> Path:
     """Write the inference checkpoint (:func:`biomjepa.model.save_checkpoint`) of a run.
 
     Parameters
@@ -80,7 +191,14 @@ def export(source, out_dir: str | os.PathLike, *, which: str = "teacher", dtype=
     which
         ``"teacher"`` (EMA encoder, default: the usual JEPA choice) or ``"student"``; recorded in
         the provenance together with the step, the training config and the corpus.
+    dtype
+        Storage dtype of the weights (loading always restores float32).
+    pooling
+        Readout recorded in the checkpoint (:data:`biomjepa.nn.pooling.POOLINGS`); default: the
+        run's model config (``max_top5``, the paper's, unless overridden).
     """
+    from dataclasses import replace
+
     from ..model import save_checkpoint
     from ..nn.config import ModelConfig
     from ..nn.encoder import Encoder
@@ -94,7 +212,8 @@ def export(source, out_dir: str | os.PathLike, *, which: str = "teacher", dtype=
         if path is None:
             raise FileNotFoundError(f"No training checkpoint under {p}; train first (`python -m biomjepa.train`).")
         state = load_state(path)
-    encoder = Encoder(ModelConfig.from_dict(state["model_config"]))
+    mc = ModelConfig.from_dict(state["model_config"])
+    encoder = Encoder(mc if pooling is None else replace(mc, pooling=pooling))
     if which == "teacher":
         weights = state["teacher"]
     else:

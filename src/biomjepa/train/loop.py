@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -23,13 +24,14 @@ import numpy as np
 import torch
 
 from .blocks import block_rng, sample_blocks
-from .checkpoint import latest_state, load_state, rng_state, save_state, set_rng_state
+from .checkpoint import latest_state, load_state, resume_mismatch, rng_state, save_state, set_rng_state
 from .config import TrainConfig, load_config
 from .distributed import DistInfo, all_reduce_, all_reduce_mean, barrier, cleanup, init_distributed, wrap_ddp
 from .ema import ema_update, make_teacher, update_centre, update_centre_rows
 from .inputs import build_inputs
 from .jepa import JEPA
 from .objectives import compute_objective, effective_rank
+from .runlock import lock_run_dir, unlock_run_dir
 from .schedules import lr_at, momentum_at
 from .shards import Corpus, ShardStream, prepare_corpus
 
@@ -102,13 +104,33 @@ class Trainer:
         self.cfg, self.info = cfg, info
         self.run_dir = run_dir_of(cfg)
         if info.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            cfg.to_yaml(self.run_dir / "config.yaml")
+            lock_run_dir(self.run_dir)  # one process per run directory, before anything there is read or written
+        try:
+            self._setup()
+        except BaseException:
+            if info.is_main:
+                unlock_run_dir(self.run_dir)
+            raise
+
+    def _setup(self) -> None:
+        cfg, info = self.cfg, self.info
+        path = latest_state(self.run_dir)
+        saved = load_state(path, map_location=info.device) if path is not None else None
+        if saved is not None:
+            self._check_resume(saved)  # before the corpus cache or config.yaml can be rewritten
         barrier(info)
         self.corpus = open_corpus(cfg, self.run_dir, info)
+        if saved is not None:
+            self._check_resume(saved, corpus_key=self.corpus.meta["key"])
+        if info.is_main:
+            tmp = self.run_dir / f"config.yaml.{os.getpid()}.tmp"
+            cfg.to_yaml(tmp)
+            os.replace(tmp, self.run_dir / "config.yaml")
         self.graph = open_graph(cfg, self.corpus, info)
         torch.manual_seed(cfg.seed)  # identical initialisation on every rank
         self.model = JEPA.from_train_config(cfg).to(info.device)
+        if cfg.gene_init == "pca" and saved is None:
+            self._init_gene_embedding()
         self.teacher = make_teacher(self.model.student)
         mc = self.model.config
         shape = (mc.vocab_size + 2, mc.d_model) if cfg.target_centre == "gene" else (mc.d_model,)
@@ -116,10 +138,38 @@ class Trainer:
         self.optimizer = self._optimizer()
         self.step, self.bad_steps, self.consecutive_bad = 0, 0, 0
         torch.manual_seed(cfg.seed * 1000 + 1 + info.rank)  # per-rank dropout stream
-        path = latest_state(self.run_dir)
-        if path is not None:
-            self._restore(load_state(path, map_location=info.device))
+        if saved is not None:
+            self._restore(saved)
         self.ddp = wrap_ddp(self.model, info)
+
+    def _check_resume(self, saved: dict, corpus_key: str | None = None) -> None:
+        """Refuse to resume a state saved for another corpus or model (``allow_resume_mismatch`` overrides)."""
+        if corpus_key is None:
+            diff = resume_mismatch(saved, config=self.cfg.to_dict(), model_config=self.cfg.model_config().to_dict())
+        else:
+            diff = resume_mismatch(saved, corpus_key=corpus_key)
+        if not diff:
+            return
+        listed = "; ".join(diff)
+        if not self.cfg.allow_resume_mismatch:
+            raise ValueError(
+                f"{self.run_dir} holds a training state (step {saved.get('step')}) saved with another corpus or "
+                f"model config; resuming would continue it on different settings: {listed}. Give this run a new "
+                "`run_name`/`out_dir`, restore the saved settings, or set `allow_resume_mismatch=true` to resume anyway."
+            )
+        logger.warning("allow_resume_mismatch: resuming step %s with changed settings: %s", saved.get("step"), listed)
+
+    def _init_gene_embedding(self) -> None:
+        """``gene_init: pca``: gene embeddings (and the predictor's block queries) from corpus PCA loadings."""
+        from .gene_init import pca_gene_embedding
+
+        mc = self.model.config
+        E = pca_gene_embedding(self.corpus, mc.vocab_size, mc.d_model, scale=self.cfg.gene_init_scale,
+                               seed=self.cfg.seed)
+        E = torch.from_numpy(E).to(self.info.device)
+        with torch.no_grad():
+            self.model.student.gene_embedding.weight[: mc.vocab_size].copy_(E)
+            self.model.predictor.query_embedding.weight.copy_(E)
 
     def _optimizer(self) -> torch.optim.Optimizer:
         decay = [p for p in self.model.parameters() if p.ndim >= 2]
@@ -155,7 +205,24 @@ class Trainer:
     def save(self) -> None:
         if self.info.is_main:
             save_state(self.run_dir, self.state(), keep=self.cfg.keep_checkpoints)
+            self._score_probe()
         barrier(self.info)
+
+    def _score_probe(self) -> None:
+        """Append the teacher's probe-set geometry (rank, depth association, F1) to ``probe.csv``."""
+        if self.cfg.probe is None:
+            return
+        from .probe import append_rows, load_probe, probe_scores
+
+        if getattr(self, "_probe", None) is None:
+            cfg = self.cfg
+            self._probe = load_probe(cfg.probe, obs=cfg.probe_obs, label_key=cfg.probe_label_key,
+                                     max_cells=cfg.probe_cells, seed=cfg.seed)
+        rows = probe_scores(self.teacher, self._probe, self.step)
+        append_rows(self.run_dir / "probe.csv", rows)
+        for r in rows:
+            logger.info("probe step %d %s: effective rank %.1f, depth_nnz %.2f, F1(k=5) %.3f", self.step,
+                        r["pooling"], r["effective_rank"], r["depth_nnz"], r["macro_f1_k5"])
 
     # ---------------------------------------------------------------- loop
     def batches(self):
@@ -173,6 +240,8 @@ class Trainer:
         cfg = self.cfg
         log = StepLogger(self.run_dir, LOG_FIELDS, cfg, enabled=self.info.is_main, start=self.step)
         data = self.batches()
+        if self.step == 0 and self.info.is_main:
+            self._score_probe()  # the untrained encoder: the start of the rank/depth trajectory
         try:
             end = min(cfg.steps, cfg.stop_at or cfg.steps)
             while self.step < end:
@@ -183,6 +252,8 @@ class Trainer:
                     self.save()
         finally:
             log.close()
+            if self.info.is_main:
+                unlock_run_dir(self.run_dir)
         (self.run_dir / f"weights_rank{self.info.rank}.sha256").write_text(state_hash(self.model) + "\n")
         return self.run_dir
 

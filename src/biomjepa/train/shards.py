@@ -49,7 +49,7 @@ def _specs(corpus) -> list[dict]:
     out = []
     for it in items:
         spec = dict(it) if isinstance(it, dict) else {"path": str(it)}
-        unknown = set(spec) - {"path", "layer", "species", "gene_key", "exclude_obs", "max_cells"}
+        unknown = set(spec) - {"path", "layer", "species", "gene_key", "id_type", "exclude_obs", "max_cells"}
         if unknown:
             raise ValueError(f"Unknown corpus spec keys {sorted(unknown)} in {spec}.")
         paths = sorted(glob.glob(str(spec["path"]))) or [str(spec["path"])]
@@ -78,7 +78,8 @@ def _convert(spec: dict, out: Path, vocab_size: int) -> dict:
     from ..pp import map_vocab
 
     adata = ad.read_h5ad(spec["path"], backed="r")
-    map_vocab(adata, gene_key=spec.get("gene_key"), species=spec.get("species", "human"))
+    map_vocab(adata, gene_key=spec.get("gene_key"), species=spec.get("species", "human"),
+              id_type=spec.get("id_type") or "auto")
     token = adata.var["biomjepa_token"].to_numpy().astype(np.int64)
     drop = _excluded(adata, spec.get("exclude_obs"))
     parts, totals, rows = [], [], []
@@ -107,7 +108,8 @@ def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | No
     """Preprocess ``corpus`` once into ``cache_dir`` (reused when the spec is unchanged).
 
     ``corpus``: a glob, a path, or a list of paths / dicts ``{path, layer=None, species="human",
-    gene_key=None, exclude_obs=None (bool obs column or file of obs names), max_cells=None}``.
+    gene_key=None, id_type="auto" ("entrez": all-digit names are Entrez ids), exclude_obs=None (bool
+    obs column or file of obs names), max_cells=None}``.
     Already prepared ``.npz`` shards are copied by reference (listed in the manifest).
     """
     from ..data.vocab import Vocab
@@ -129,7 +131,7 @@ def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | No
         logger.info("prepare_corpus: %s", spec["path"])
         shards.append(_convert(spec, cache / f"shard_{i:05d}.npz", vocab_size))
     meta = {"key": key, "vocab_hash": vocab.hash, "vocab_size": vocab_size, "shards": shards}
-    tmp = man.with_suffix(".tmp")
+    tmp = man.with_name(f"{MANIFEST}.{os.getpid()}.tmp")  # several runs may share one cache_dir
     tmp.write_text(json.dumps(meta, indent=2))
     os.replace(tmp, man)
     return cache
