@@ -1,10 +1,13 @@
 """Sphinx configuration of the biomjepa documentation (built offline).
 
 Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html`` after ``pip install -e ".[docs]"``.
-Nothing here needs the network: no intersphinx, notebooks are not executed (tutorials are executed
-separately), API stubs are generated at build time by autosummary into ``docs/generated/``. The
-tutorial notebooks live in ``../tutorials`` and are copied into ``docs/tutorials/`` (git-ignored) at
-the start of every build, because Sphinx only reads sources under ``docs/``.
+Nothing here needs the network: no intersphinx, notebooks are not executed (they are stored
+executed, with their outputs, by ``python scripts/run_tutorials.py``; the docs render those
+outputs), API stubs are generated at build time by autosummary into ``docs/generated/``. The
+tutorial notebooks live in ``../tutorials`` and are copied, outputs included, into
+``docs/tutorials/`` (git-ignored) at the start of every build, because Sphinx only reads sources
+under ``docs/``. ``python scripts/check_docs_images.py docs/_build/html`` checks afterwards that
+the tutorial pages show their figures.
 """
 
 from __future__ import annotations
@@ -40,10 +43,10 @@ templates_path = ["_templates"]
 # -- MyST / MyST-NB ----------------------------------------------------------------------------
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
 myst_heading_anchors = 3
-nb_execution_mode = "off"  # tutorials are executed by tests/test_tutorials.py, never by the docs build
+nb_execution_mode = "off"  # render the stored outputs (scripts/run_tutorials.py); never execute here
 
 # -- tutorials ---------------------------------------------------------------------------------
-# ../tutorials/*.ipynb (stored without outputs; executed by tests/test_tutorials.py) → docs/tutorials/.
+# ../tutorials/*.ipynb (stored with outputs by scripts/run_tutorials.py) → docs/tutorials/, byte for byte.
 _HERE = Path(__file__).resolve().parent
 _TUTORIALS_SRC, _TUTORIALS_DST = _HERE.parent / "tutorials", _HERE / "tutorials"
 _TUTORIALS_DST.mkdir(exist_ok=True)

@@ -35,3 +35,14 @@ def test_numpy_docstring(mod, name, func):
     documented = doc.split("Parameters\n----------")[1]
     for p in inspect.signature(func).parameters:
         assert p in documented, f"{mod}.{name}: parameter `{p}` is not documented"
+
+
+TL = [(name, func) for mod, name, func in FUNCS if mod == "tl"]
+
+
+@pytest.mark.parametrize(("name", "func"), TL, ids=[f"tl.{n}" for n, _ in TL])
+def test_tl_reads_a_mudata_modality(name, func):
+    """Every tool takes a MuData and works on its modality ``mod`` (default ``"rna"``), as muon's tools do."""
+    param = inspect.signature(func).parameters.get("mod")
+    assert param is not None, f"tl.{name} lacks `mod`"
+    assert param.kind is inspect.Parameter.KEYWORD_ONLY and param.default is None

@@ -7,17 +7,17 @@ function that needs them runs. ``bj.train``, ``bj.bench`` and ``bj.datasets`` lo
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 from typing import TYPE_CHECKING
 
 from . import pl, pp, tl
 from ._settings import settings
 
-try:
-    from importlib.metadata import version as _version
-
+try:  # the installed distribution's metadata: one version, set in pyproject.toml
     __version__ = _version("biomjepa")
-except Exception:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
+except PackageNotFoundError:  # pragma: no cover - a source tree on sys.path, never installed
+    __version__ = "0.0.0+unknown"
 
 _LAZY = {"train", "bench", "datasets", "nn", "data"}
 

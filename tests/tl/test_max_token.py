@@ -80,3 +80,27 @@ def test_max_token_bad_input(mapped, tiny_checkpoint):
     with pytest.raises(KeyError, match="map_vocab"):
         max_token(mapped, checkpoint=tiny_checkpoint)
     assert "max_token_gene" not in mapped.obs
+
+
+def test_top_expressed_baseline_recorded(mapped, tiny_checkpoint):
+    """Each winner is compared with the trivial baseline: the cell's most-expressed gene."""
+    from biomjepa.data.anndata_source import tokenize_adata
+    from biomjepa.data.vocab import Vocab
+    from biomjepa.tl._max_token import top_expressed
+
+    out = max_token(mapped, groupby="group", checkpoint=tiny_checkpoint, copy=True)
+    X = mapped.X.toarray() if hasattr(mapped.X, "toarray") else np.asarray(mapped.X)
+    token = mapped.var["biomjepa_token"].to_numpy()
+    X = np.where(token[None, :] >= 0, X, -1)  # unmapped genes are never tokens
+    # by hand: largest count, ties to the lowest vocabulary index
+    symbols = np.asarray(Vocab.default().symbols, dtype=object)
+    expect = []
+    for row in X:
+        best = np.flatnonzero(row == row.max())
+        expect.append(symbols[min(token[best])])
+    assert list(out.obs["max_token_top_expressed"]) == expect
+    assert (out.obs["max_token_is_top_expressed"] == (out.obs["max_token_gene"] == out.obs["max_token_top_expressed"])).all()
+    B = out.uns["max_token"]["top_expressed_fraction"]
+    np.testing.assert_allclose(B.sum(axis=1), 1.0)
+    cells = tokenize_adata(mapped)
+    assert len(top_expressed(cells)) == mapped.n_obs

@@ -47,6 +47,7 @@ def ablate_programme(
     batch_size: int | None = None,
     device: str = "auto",
     random_state: int = 0,
+    mod: str | None = None,
     key_added: str = "ablation",
     copy: bool = False,
 ) -> AnnData | None:
@@ -71,7 +72,8 @@ def ablate_programme(
     Parameters
     ----------
     adata
-        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`.
+        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`, or a MuData (modality ``mod``,
+        which receives the results).
     programme
         A list of gene symbols, a dict ``name → symbols``, or ``("bfs", seed_gene, size)``: the
         deterministic BFS block of ``size`` genes around ``seed_gene`` in ``graph``
@@ -100,6 +102,8 @@ def ablate_programme(
         ``"auto"``, ``"cpu"``, ``"cuda"``...
     random_state
         Seed of the cell sampling and the random gene sets.
+    mod
+        MuData modality to read and write (default ``"rna"``); only for MuData input.
     key_added
         ``uns`` key and ``obs`` column prefix.
     copy
@@ -107,7 +111,7 @@ def ablate_programme(
 
     Returns
     -------
-    ``None`` or a copy (``copy=True``), with
+    ``None`` or a copy (``copy=True``), with (for a MuData, in its modality ``.mod[mod]``)
 
     ``.obs[f"{key_added}_excess"]``
         (one programme only) per-cell excess ``E``; NaN for cells not sampled.
@@ -129,21 +133,22 @@ def ablate_programme(
 
     from .._device import resolve_device
     from .._pretrained import load_model
-    from ..data.anndata_source import token_column, tokenize_adata
+    from ..data.anndata_source import get_modality, token_column, tokenize_adata
     from ..data.vocab import Vocab
 
     adata = adata.copy() if copy else adata
-    token_column(adata, TOKEN_KEY)
-    if adata.n_obs == 0:
+    target = get_modality(adata, mod)
+    token_column(target, TOKEN_KEY)
+    if target.n_obs == 0:
         raise ValueError("adata has no cells.")
     programmes = _resolve_programmes(programme, graph)
-    groups = _groups(adata, groupby)
+    groups = _groups(target, groupby)
     if matched is not None:
         _check_matched(matched, programmes, groups, groupby)
     if n_random < 1 or n_cells < 2:
         raise ValueError(f"n_random must be >= 1 and n_cells >= 2; got {n_random}, {n_cells}.")
     vocab = Vocab.default()
-    cells = tokenize_adata(adata, layer=layer)
+    cells = tokenize_adata(target, layer=layer)
     mean, detection = gene_stats(cells.to_csr(vocab.size))
     observed = np.flatnonzero(detection > 0)
     ids, left_out = _programme_ids(programmes, vocab, detection)
@@ -158,7 +163,7 @@ def ablate_programme(
     sub = cells.subset(rows)
     table = _ablate_all(model, sub, ids, null_sets, batch_size=bs, device=dev)
     table.insert(0, "group", np.tile(groups[rows], len(ids)))
-    table.insert(0, "cell", np.tile(adata.obs_names[rows].to_numpy(), len(ids)))
+    table.insert(0, "cell", np.tile(target.obs_names[rows].to_numpy(), len(ids)))
     summary = (
         table.groupby(["programme", "group"], sort=False)
         .agg(n_cells=("excess", "size"), displacement=("displacement", "mean"),
@@ -177,10 +182,10 @@ def ablate_programme(
         "left_out": left_out, "null": "mean-expression × detection quantile bins over detected genes",
     }
     if len(ids) == 1:
-        col = np.full(adata.n_obs, np.nan)
+        col = np.full(target.n_obs, np.nan)
         col[rows] = table["excess"].to_numpy()
-        adata.obs[f"{key_added}_excess"] = col
-    adata.uns[key_added] = result
+        target.obs[f"{key_added}_excess"] = col
+    target.uns[key_added] = result
     return adata if copy else None
 
 

@@ -75,6 +75,7 @@ def programme_dependencies(
     random_state: int = 0,
     batch_size: int | None = None,
     device: str = "auto",
+    mod: str | None = None,
     key_added: str = "programme_dependencies",
     copy: bool = False,
 ) -> AnnData | None:
@@ -95,7 +96,8 @@ def programme_dependencies(
     Parameters
     ----------
     adata
-        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`.
+        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`, or a MuData (modality ``mod``,
+        which receives the results).
     programmes
         ``{name: gene symbols}``, at least two programmes. Only genes in the vocabulary and
         detected in ``adata`` enter (others are reported in a warning).
@@ -126,6 +128,8 @@ def programme_dependencies(
         Cells per forward pass (default ``bj.settings.batch_size``).
     device
         ``"auto"``, ``"cpu"``, ``"cuda"``...
+    mod
+        MuData modality to read and write (default ``"rna"``); only for MuData input.
     key_added
         ``uns`` key of the result.
     copy
@@ -133,7 +137,7 @@ def programme_dependencies(
 
     Returns
     -------
-    ``None`` or a copy (``copy=True``), with
+    ``None`` or a copy (``copy=True``), with (for a MuData, in its modality ``.mod[mod]``)
 
     ``.uns[key_added]["matrix"]``
         DataFrame source programme ``a`` (rows) × target programme ``b`` (columns) of ``I_{a→b}``;
@@ -153,20 +157,21 @@ def programme_dependencies(
         training step and objective of the checkpoint.
     """
     from .._device import resolve_device
-    from ..data.anndata_source import token_column, tokenize_adata
+    from ..data.anndata_source import get_modality, token_column, tokenize_adata
     from ..data.vocab import Vocab
     from ._ablate import _null_sets, _programme_ids
     from ._null import expression_bins, gene_stats
 
     adata = adata.copy() if copy else adata
-    token_column(adata, TOKEN_KEY)
-    if adata.n_obs == 0:
+    target = get_modality(adata, mod)
+    token_column(target, TOKEN_KEY)
+    if target.n_obs == 0:
         raise ValueError("adata has no cells.")
-    progs = _check_inputs(adata, programmes, groupby, matched, n_random, n_cells)
+    progs = _check_inputs(target, programmes, groupby, matched, n_random, n_cells)
     dev = resolve_device(device)
     mods = load_training_modules(checkpoint, graph=graph, device=dev)
     vocab = Vocab.default()
-    cells = tokenize_adata(adata, layer=layer)
+    cells = tokenize_adata(target, layer=layer)
     mean, detection = gene_stats(cells.to_csr(vocab.size))
     observed = np.flatnonzero(detection > 0)
     ids, left_out = _programme_ids(progs, vocab, detection)
@@ -174,14 +179,14 @@ def programme_dependencies(
     rng = np.random.default_rng(random_state)
     bins = expression_bins(mean[observed], detection[observed], n_bins)
     null_sets, null_table = _null_sets(ids, observed, bins, n_random, rng, vocab.symbols)
-    groups = adata.obs[groupby].astype(str).to_numpy(dtype=object)
+    groups = target.obs[groupby].astype(str).to_numpy(dtype=object)
     bs = int(batch_size or settings.batch_size)
-    pairs, cell_rows = _all_pairs(mods, cells, ids, block_ids, null_sets, groups, matched, adata.obs_names,
+    pairs, cell_rows = _all_pairs(mods, cells, ids, block_ids, null_sets, groups, matched, target.obs_names,
                                   n_cells=n_cells, rng=rng, batch_size=bs, device=dev)
     matrix = pairs.pivot(index="source", columns="target", values="dependency").reindex(index=list(ids),
                                                                                           columns=list(ids))
     matrix.index.name, matrix.columns.name = "source", "target"
-    adata.uns[key_added] = {
+    target.uns[key_added] = {
         "matrix": matrix, "pairs": pairs, "cells": cell_rows, "null_sets": null_table,
         "params": {
             "groupby": groupby, "matched": dict(matched), "n_random": n_random, "n_cells": n_cells,

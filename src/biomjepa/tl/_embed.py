@@ -9,7 +9,7 @@ import numpy as np
 
 from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY
 from .._settings import settings
-from ..data.anndata_source import CHUNK, get_modality, iter_rows, token_column
+from ..data.anndata_source import CHUNK, get_modality, iter_rows, token_column, write_joint_obsm
 from ..data.tokenize import check_counts, to_vocab_counts, tokenize
 
 if TYPE_CHECKING:
@@ -34,13 +34,16 @@ def embed(
     Every observed, vocabulary-mapped gene of a cell is a token (no cap). Rows are read in
     chunks (backed AnnData supported), tokenized, grouped into length-sorted batches padded only
     to their longest cell, encoded under ``torch.inference_mode`` (bf16 autocast on CUDA, fp32 on
-    CPU) and pooled: per-feature max ‖ mean of the 5 largest gene-token states (technical tokens
-    excluded). Results do not depend on ``batch_size`` or cell order.
+    CPU) and pooled with the checkpoint's readout: per-feature max ‖ mean of the 5 largest
+    gene-token states (technical tokens excluded), after subtracting each cell's mean gene-token
+    state for checkpoints that say ``pooling: centred_max_top5`` (the bundled v0.2). Results do not depend on ``batch_size`` or cell order.
 
     Parameters
     ----------
     adata
         AnnData (in memory or ``backed="r"``) or MuData with raw counts, after :func:`biomjepa.pp.map_vocab`.
+        For a MuData, the modality ``mod`` is embedded and the results are written into it (and the
+        embedding also into the MuData's ``obsm``, as muon does).
     checkpoint
         Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
     layer
@@ -64,6 +67,10 @@ def embed(
         float32 ``[n_obs, 2·d_model]`` embedding (1,536 for the base model).
     ``.uns["biomjepa"]["params"]``
         checkpoint name and sha256, vocab hash, device, dtype, pooling, genes used per cell.
+
+    For a MuData, both are written to ``.mod[mod]`` (where ``sc.pp.neighbors(mdata[mod],
+    use_rep="X_biomjepa")`` and muon's WNN look for them), and ``.obsm["X_biomjepa"]`` of the
+    MuData holds the same rows (NaN for cells absent from the modality).
     """
     from .._device import resolve_device
     from .._pretrained import load_model
@@ -79,6 +86,7 @@ def embed(
     Z, n_genes = _embed_adata(model, target, layer=layer, batch_size=bs, device=dev)
     key = key_added or OBSM_KEY
     target.obsm[key] = Z
+    write_joint_obsm(adata, mod, key, Z)
     uns = target.uns.setdefault(UNS_KEY if key_added is None else key_added, {})
     uns["params"] = _params(model, dev, layer, bs, n_genes)
     return adata if copy else None
@@ -94,7 +102,7 @@ def _params(model, dev, layer, batch_size, n_genes) -> dict:
         "vocab_hash": Vocab.default().hash,
         "device": str(dev),
         "dtype": "bfloat16-autocast" if dev.type == "cuda" else "float32",
-        "pooling": "max+top5mean",
+        "pooling": model.config.pooling,
         "layer": layer or "X",
         "batch_size": batch_size,
         "embedding_dim": model.config.embedding_dim,

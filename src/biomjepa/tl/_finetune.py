@@ -47,6 +47,7 @@ def finetune(
     random_state: int = 0,
     device: str = "auto",
     out_dir: str | os.PathLike | None = None,
+    mod: str | None = None,
     key_added: str = "biomjepa_finetune",
     copy: bool = False,
 ) -> AnnData | None:
@@ -66,7 +67,8 @@ def finetune(
     Parameters
     ----------
     adata
-        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`.
+        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`, or a MuData (modality ``mod``,
+        which holds the labels and receives the results).
     label_key
         ``obs`` column with the class labels; every class needs at least 3 labelled cells (one
         per split), and at least 2 classes are required.
@@ -95,6 +97,8 @@ def finetune(
         checkpoint, loadable by :func:`biomjepa.model.load_checkpoint`) and the head to
         ``out_dir/head.safetensors`` + ``out_dir/head.json`` (classes, sha256); reload both with
         :func:`biomjepa.tl._finetune.load_finetuned`. Never pickle.
+    mod
+        MuData modality to read and write (default ``"rna"``); only for MuData input.
     key_added
         Prefix of the written keys.
     copy
@@ -102,7 +106,7 @@ def finetune(
 
     Returns
     -------
-    ``None`` or a copy (``copy=True``), with
+    ``None`` or a copy (``copy=True``), with (for a MuData, in its modality ``.mod[mod]``)
 
     ``.obs[f"{key_added}_prediction"]``
         categorical predicted class of every cell.
@@ -118,16 +122,17 @@ def finetune(
     """
     from .._device import resolve_device
     from .._pretrained import load_model
-    from ..data.anndata_source import token_column, tokenize_adata
+    from ..data.anndata_source import get_modality, token_column, tokenize_adata
 
     _check_args(train_frac, valid_frac, epochs, batch_size)
     adata = adata.copy() if copy else adata
-    codes, classes = _labels(adata, label_key)
+    target = get_modality(adata, mod)
+    codes, classes = _labels(target, label_key)
     split = stratified_split(codes, train_frac, valid_frac, random_state)
-    token_column(adata, TOKEN_KEY)  # fail early, before loading a model
+    token_column(target, TOKEN_KEY)  # fail early, before loading a model
     dev = resolve_device(device)
     base = load_model(checkpoint)
-    cells = tokenize_adata(adata, layer=layer)
+    cells = tokenize_adata(target, layer=layer)
     opts = dict(
         epochs=epochs,
         batch_size=batch_size,
@@ -142,7 +147,7 @@ def finetune(
     result["params"] = {**_params(base, dev, label_key, layer, train_frac, valid_frac), **opts}
     if out_dir is not None:
         result["out_dir"] = str(save_finetuned(model, classes, out_dir, base.info, label_key))
-    _write(adata, key_added, proba, split, classes, result)
+    _write(target, key_added, proba, split, classes, result)
     return adata if copy else None
 
 

@@ -60,6 +60,18 @@ def max_token_shares(
     return counts.to(torch.float32) / d, winner, share
 
 
+def top_expressed(cells) -> np.ndarray:
+    """Vocabulary index of each cell's most-expressed gene (largest normalized value; ties → lowest index).
+
+    The trivial baseline for max-token winners: what "name the cell's highest gene" gives.
+    """
+    lengths = cells.lengths
+    cell = np.repeat(np.arange(len(cells)), lengths)
+    # sort by cell, then value descending, then vocabulary index ascending; first entry per cell wins
+    order = np.lexsort((cells.genes, -cells.values, cell))
+    return cells.genes[order[cells.indptr[:-1]]]
+
+
 def winner_fraction(winners: np.ndarray, groups: np.ndarray) -> pd.DataFrame:
     """``A_cg``: fraction of the cells of group ``c`` whose winner is gene ``g`` (groups × genes)."""
     import pandas as pd
@@ -76,6 +88,7 @@ def max_token(
     layer: str | None = None,
     batch_size: int | None = None,
     device: str = "auto",
+    mod: str | None = None,
     key_added: str = "max_token",
     copy: bool = False,
 ) -> AnnData | None:
@@ -91,7 +104,8 @@ def max_token(
     Parameters
     ----------
     adata
-        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`.
+        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`, or a MuData (modality ``mod``,
+        which receives the results).
     groupby
         ``obs`` column with cell groups (e.g. cell types) for the winner-fraction matrix.
     checkpoint
@@ -102,6 +116,8 @@ def max_token(
         Cells per forward pass (default ``bj.settings.batch_size``).
     device
         ``"auto"``, ``"cpu"``, ``"cuda"``...
+    mod
+        MuData modality to read and write (default ``"rna"``); only for MuData input.
     key_added
         Prefix of the ``obs`` columns and ``uns`` key.
     copy
@@ -109,44 +125,56 @@ def max_token(
 
     Returns
     -------
-    ``None`` or a copy (``copy=True``), with
+    ``None`` or a copy (``copy=True``), with (for a MuData, in its modality ``.mod[mod]``)
 
     ``.obs[f"{key_added}_gene"]``
         winner gene symbol per cell.
     ``.obs[f"{key_added}_share"]``
         the winner's ``u_ig`` (share of feature dimensions it supplies).
+    ``.obs[f"{key_added}_top_expressed"]``
+        the cell's most-expressed gene (the trivial baseline a winner should be compared with).
+    ``.obs[f"{key_added}_is_top_expressed"]``
+        whether the winner is also the cell's most-expressed gene.
     ``.uns[key_added]["winner_fraction"]``
         (with ``groupby``) DataFrame groups × winner genes, rows sum to 1.
+    ``.uns[key_added]["top_expressed_fraction"]``
+        (with ``groupby``) the same for the most-expressed gene of each cell (the baseline).
     ``.uns[key_added]["params"]``
         groupby, checkpoint, layer, batch size, device, tie rule.
     """
     from .._device import resolve_device
     from .._pretrained import load_model
-    from ..data.anndata_source import token_column, tokenize_adata
+    from ..data.anndata_source import get_modality, token_column, tokenize_adata
     from ..data.vocab import Vocab
 
     adata = adata.copy() if copy else adata
-    token_column(adata, TOKEN_KEY)
-    if adata.n_obs == 0:
+    target = get_modality(adata, mod)
+    token_column(target, TOKEN_KEY)
+    if target.n_obs == 0:
         raise ValueError("adata has no cells.")
-    if groupby is not None and groupby not in adata.obs:
-        raise KeyError(f"groupby={groupby!r} is not a column of adata.obs ({list(adata.obs.columns)[:10]}).")
+    if groupby is not None and groupby not in target.obs:
+        raise KeyError(f"groupby={groupby!r} is not a column of adata.obs ({list(target.obs.columns)[:10]}).")
     dev = resolve_device(device)
     model = load_model(checkpoint)
     bs = int(batch_size or settings.batch_size)
-    cells = tokenize_adata(adata, layer=layer)
+    cells = tokenize_adata(target, layer=layer)
     winner, share = _winners(model, cells, batch_size=bs, device=dev)
-    symbols = np.asarray(Vocab.default().symbols, dtype=object)[winner]
+    vocab_symbols = np.asarray(Vocab.default().symbols, dtype=object)
+    symbols, top = vocab_symbols[winner], vocab_symbols[top_expressed(cells)]
     result = {"params": {
         "groupby": groupby, "checkpoint": model.info.get("name", "unnamed"), "layer": layer or "X",
         "batch_size": bs, "device": str(dev), "contribution": "share of max-pooled feature dimensions",
         "ties": "lowest vocabulary index",
     }}
     if groupby is not None:
-        result["winner_fraction"] = winner_fraction(symbols, adata.obs[groupby].astype(str).to_numpy())
-    adata.obs[f"{key_added}_gene"] = symbols.astype(str)
-    adata.obs[f"{key_added}_share"] = share.astype(np.float64)
-    adata.uns[key_added] = result
+        groups = target.obs[groupby].astype(str).to_numpy()
+        result["winner_fraction"] = winner_fraction(symbols, groups)
+        result["top_expressed_fraction"] = winner_fraction(top, groups)
+    target.obs[f"{key_added}_gene"] = symbols.astype(str)
+    target.obs[f"{key_added}_share"] = share.astype(np.float64)
+    target.obs[f"{key_added}_top_expressed"] = top.astype(str)
+    target.obs[f"{key_added}_is_top_expressed"] = symbols == top
+    target.uns[key_added] = result
     return adata if copy else None
 
 
@@ -157,6 +185,7 @@ def _winners(model, cells, *, batch_size: int, device) -> tuple[np.ndarray, np.n
 
     from .._device import autocast
     from ..data.collate import collate, sorted_batches
+    from ..nn.pooling import winner_states
 
     model = model.to(device).eval()
     winner = np.empty(len(cells), dtype=np.int64)
@@ -165,7 +194,7 @@ def _winners(model, cells, *, batch_size: int, device) -> tuple[np.ndarray, np.n
     with torch.inference_mode(), autocast(device):
         for rows in tqdm(batches, disable=not settings.show_progress, desc="max_token", unit="batch"):
             batch = collate(cells, model.config.vocab_size, rows).to(device)
-            hidden = model.hidden(batch).float()
+            hidden = winner_states(model.hidden(batch).float(), batch.gene_mask, model.config.pooling)
             _, w, s = max_token_shares(hidden, batch.gene_mask, batch.gene_ids)
             winner[rows], share[rows] = w.cpu().numpy(), s.cpu().numpy()
     return winner, share

@@ -76,6 +76,16 @@ def random_pairs(
     raise ValueError(f"No admissible random pair for double ({a}, {b}); need more singles.")
 
 
+def _check_finite(X: np.ndarray, use_rep: str) -> None:
+    """Refuse a representation with NaN/Inf (one such row would skew every mean it enters), as ``bench`` does."""
+    bad = ~np.isfinite(X).all(axis=1) if X.ndim == 2 else np.ones(1, dtype=bool)
+    if X.ndim != 2 or bad.any():
+        raise ValueError(
+            f"obsm[{use_rep!r}] must be a finite 2-D array; {int(bad.sum())} row(s) hold NaN or Inf (first rows "
+            f"{np.flatnonzero(bad)[:5].tolist()}). Recompute the representation, or subset to finite cells first."
+        )
+
+
 def perturbation_arithmetic(
     adata: AnnData,
     *,
@@ -91,6 +101,7 @@ def perturbation_arithmetic(
     target_expression: Mapping[str, float] | None = None,
     n_bins: int = 5,
     random_state: int = 0,
+    mod: str | None = None,
     key_added: str = "perturbation_arithmetic",
     copy: bool = False,
 ) -> AnnData | None:
@@ -113,7 +124,8 @@ def perturbation_arithmetic(
     Parameters
     ----------
     adata
-        AnnData with a representation in ``obsm[use_rep]`` and condition labels in ``obs``.
+        AnnData with a representation in ``obsm[use_rep]`` and condition labels in ``obs``, or a
+        MuData whose modality ``mod`` holds them (and receives the results).
     perturbation_key
         ``obs`` column with condition labels (``'A'``, ``'A+B'``, controls).
     control
@@ -138,6 +150,8 @@ def perturbation_arithmetic(
         Quantile bins of the covariate over the singles.
     random_state
         Seed of the cell sampling and random pairs.
+    mod
+        MuData modality to read and write (default ``"rna"``); only for MuData input.
     key_added
         ``uns`` key.
     copy
@@ -145,7 +159,7 @@ def perturbation_arithmetic(
 
     Returns
     -------
-    ``None`` or a copy (``copy=True``), with
+    ``None`` or a copy (``copy=True``), with (for a MuData, in its modality ``.mod[mod]``)
 
     ``.uns[key_added]["table"]``
         DataFrame per double: ``double``, ``a``, ``b``, ``observed``, ``random_mean``,
@@ -157,17 +171,21 @@ def perturbation_arithmetic(
     ``.uns[key_added]["params"]``
         all parameters, the separator used and the matching covariate per single.
     """
+    from ..data.anndata_source import get_modality
+
     adata = adata.copy() if copy else adata
-    if use_rep not in adata.obsm:
+    target = get_modality(adata, mod)
+    if use_rep not in target.obsm:
         raise KeyError(
-            f"adata.obsm[{use_rep!r}] not found (have {list(adata.obsm)}). Run `bj.tl.embed` or e.g. `sc.pp.pca` first."
+            f"adata.obsm[{use_rep!r}] not found (have {list(target.obsm)}). Run `bj.tl.embed` or e.g. `sc.pp.pca` first."
         )
-    if perturbation_key not in adata.obs:
+    if perturbation_key not in target.obs:
         raise KeyError(f"adata.obs[{perturbation_key!r}] not found; pass `perturbation_key=`.")
     if n_random < 1:
         raise ValueError(f"n_random must be >= 1, got {n_random}.")
-    labels = adata.obs[perturbation_key].astype(str).to_numpy()
-    X = np.asarray(adata.obsm[use_rep], dtype=np.float64)
+    labels = target.obs[perturbation_key].astype(str).to_numpy()
+    X = np.asarray(target.obsm[use_rep], dtype=np.float64)
+    _check_finite(X, use_rep)
     rng = np.random.default_rng(random_state)
     ctrl_rows = np.flatnonzero(labels == control)
     if len(ctrl_rows) < max(min_cells, 2):
@@ -193,10 +211,10 @@ def perturbation_arithmetic(
     mu0 = X[ctrl].mean(axis=0)
     conds = list(singles.values()) + list(evaluable)
     delta = {c: X[_sample(np.flatnonzero(labels == c), n_cells, rng)].mean(axis=0) - mu0 for c in conds}
-    covar = _covariates(adata, list(singles), ctrl, expression_layer, target_expression)
+    covar = _covariates(target, list(singles), ctrl, expression_layer, target_expression)
     table = _score(evaluable, singles, delta, covar, n_random, n_bins, rng)
     summary = _summary(table, sorted(set(doubles) - set(evaluable)))
-    adata.uns[key_added] = {"table": table, "summary": summary, "params": {
+    target.uns[key_added] = {"table": table, "summary": summary, "params": {
         "perturbation_key": perturbation_key, "control": control, "use_rep": use_rep, "sep": used_sep,
         "n_random": n_random, "n_cells": n_cells, "n_controls": n_controls, "min_cells": min_cells,
         "expression_layer": expression_layer or "X", "n_bins": n_bins, "random_state": random_state,
