@@ -9,8 +9,9 @@ import numpy as np
 
 from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY
 from .._settings import settings
-from ..data.anndata_source import CHUNK, get_modality, iter_rows, token_column, write_joint_obsm
-from ..data.tokenize import check_counts, to_vocab_counts, tokenize
+from ..data.anndata_source import write_joint_obsm
+from ..data.stream import iter_tokenized
+from ._utils import check_batch_size, check_copy, mapped_modality
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -41,7 +42,8 @@ def embed(
     Parameters
     ----------
     adata
-        AnnData (in memory or ``backed="r"``) or MuData with raw counts, after :func:`biomjepa.pp.map_vocab`.
+        AnnData (in memory, ``backed="r"``, or with a dask ``X`` from ``anndata.experimental.read_lazy``)
+        or MuData with raw counts, after :func:`biomjepa.pp.map_vocab`.
         For a MuData, the modality ``mod`` is embedded and the results are written into it (and the
         embedding also into the MuData's ``obsm``, as muon does).
     checkpoint
@@ -49,7 +51,8 @@ def embed(
     layer
         Layer with raw counts; default ``X``.
     batch_size
-        Cells per forward pass (default ``bj.settings.batch_size``).
+        Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
+        also capped at ``bj.settings.max_batch_tokens`` tokens.
     device
         ``"auto"``, ``"cpu"``, ``"cuda"``...; requesting CUDA without CUDA raises.
     mod
@@ -57,7 +60,8 @@ def embed(
     key_added
         ``obsm`` key (default ``"X_biomjepa"``); parameters go to ``uns[key_added or "biomjepa"]["params"]``.
     copy
-        Return a modified copy instead of writing into ``adata``.
+        Return a modified copy instead of writing into ``adata`` (not for backed AnnData: load it
+        with ``adata.to_memory()`` first, or keep ``copy=False``).
 
     Returns
     -------
@@ -75,14 +79,14 @@ def embed(
     from .._device import resolve_device
     from .._pretrained import load_model
 
+    bs = check_batch_size(batch_size)
+    check_copy(adata, copy)
     adata = adata.copy() if copy else adata
-    target = get_modality(adata, mod)
-    token_column(target, TOKEN_KEY)  # fail early, before loading a model
+    target = mapped_modality(adata, mod, TOKEN_KEY)  # fail early, before loading a model
     if target.n_obs == 0:
         raise ValueError("adata has no cells to embed.")
     dev = resolve_device(device)
     model = load_model(checkpoint)
-    bs = int(batch_size or settings.batch_size)
     Z, n_genes = _embed_adata(model, target, layer=layer, batch_size=bs, device=dev)
     key = key_added or OBSM_KEY
     target.obsm[key] = Z
@@ -116,21 +120,10 @@ def _embed_adata(model, adata, *, layer, batch_size, device) -> tuple[np.ndarray
     """Stream ``adata`` in row chunks → (embeddings ``[n, 2D]`` float32, genes per cell ``[n]``)."""
     from tqdm.auto import tqdm
 
-    from ..data.vocab import Vocab
-
-    token = token_column(adata)
-    V = Vocab.default().size
     Z = np.empty((adata.n_obs, model.config.embedding_dim), dtype=np.float32)
     n_genes = np.empty(adata.n_obs, dtype=np.int64)
-    where = "X" if layer is None else f"layers[{layer!r}]"
     bar = tqdm(total=adata.n_obs, unit="cell", disable=not settings.show_progress, desc="embed")
-    for sl, block in iter_rows(adata, layer, CHUNK):
-        check_counts(block, where=where)
-        counts, totals = to_vocab_counts(block, token, V)
-        try:
-            cells = tokenize(counts, totals)
-        except ValueError as err:
-            raise ValueError(f"Cells {sl.start}..{sl.stop - 1}: {err}") from None
+    for sl, cells in iter_tokenized(adata, layer=layer):
         Z[sl] = embed_cells(model, cells, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens)
         n_genes[sl] = cells.lengths
         bar.update(sl.stop - sl.start)

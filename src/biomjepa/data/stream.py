@@ -1,0 +1,195 @@
+"""The one streaming reader: AnnData rows → checked, vocabulary-mapped, tokenized chunks.
+
+Whatever holds the counts (an in-memory dense or sparse ``X``, a backed h5ad, a MuData modality
+picked with :func:`~biomjepa.data.anndata_source.get_modality`, a dask array from anndata's lazy
+readers, or a layer of any of these), every reader of raw counts in the package goes through the
+three generators here, chunk by chunk, and never holds more than one chunk of the input:
+
+- :func:`iter_counts` yields ``(rows, block)`` raw blocks (scipy sparse or numpy);
+- :func:`iter_vocab_counts` adds the raw-count check and the map onto the vocabulary
+  (``(rows, counts [n, V] CSR, totals [n])``; what corpus preparation stores);
+- :func:`iter_tokenized` adds the tokenizer (``(rows, TokenizedCells)``; what every ``tl`` tool
+  and the training probe consume);
+- :func:`iter_selected` / :func:`gather` do the same for chosen rows only (sampled cells, a
+  training split), reading only the blocks that hold them.
+
+``rows`` is always a ``slice`` of absolute row positions in the AnnData.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import pairwise
+
+import numpy as np
+from scipy import sparse
+
+from .._keys import TOKEN_KEY
+from .anndata_source import token_column
+from .tokenize import TokenizedCells, check_counts, concat_cells, to_vocab_counts, tokenize
+
+CHUNK = 4096
+
+
+def count_matrix(adata, layer: str | None = None):
+    """``adata.X`` or ``adata.layers[layer]``, with an error naming the layers that exist."""
+    if layer is None:
+        return adata.X
+    if layer not in adata.layers:
+        raise KeyError(f"Layer {layer!r} not found; available layers: {list(adata.layers)}. Pass `layer=` one of them.")
+    return adata.layers[layer]
+
+
+def where_label(layer: str | None) -> str:
+    """How error messages name the matrix being read (``X`` or ``layers['counts']``)."""
+    return "X" if layer is None else f"layers[{layer!r}]"
+
+
+def _is_dask(X) -> bool:
+    return type(X).__module__.startswith("dask.")
+
+
+def _row_bounds(X, chunk: int, start: int, stop: int) -> list[tuple[int, int]]:
+    """Row ranges to read: ``chunk`` rows, cut at dask's own chunk edges so no block is read twice."""
+    edges = set(range(start, stop, chunk))
+    if _is_dask(X):
+        edges |= {int(e) for e in np.cumsum((0, *tuple(X.chunks[0]))) if start <= e < stop}
+    cuts = sorted(edges | {stop})
+    return [(a, b) for a, b in pairwise(cuts) if b > a]
+
+
+def _materialize(block):
+    """One block as scipy sparse or numpy, whatever the backend returned."""
+    if _is_dask(block):
+        block = block.compute()
+    if sparse.issparse(block) or isinstance(block, np.ndarray):
+        return block
+    if hasattr(block, "to_memory"):  # anndata's backed sparse dataset slice
+        return sparse.csr_matrix(block.to_memory())
+    if hasattr(block, "to_scipy_sparse"):  # pydata sparse (dask arrays of sparse.COO chunks)
+        return sparse.csr_matrix(block.to_scipy_sparse())
+    return np.asarray(block)
+
+
+def iter_counts(
+    adata, *, layer: str | None = None, chunk: int = CHUNK, start: int = 0, stop: int | None = None
+) -> Iterator[tuple[slice, object]]:
+    """Yield ``(rows, block)`` of the raw matrix, ``chunk`` rows at a time, from ``start`` to ``stop``.
+
+    Backed and dask-backed matrices are read one block at a time; nothing is densified (a dense
+    ``X`` stays dense, one block at a time).
+    """
+    X = count_matrix(adata, layer)
+    n = adata.n_obs
+    stop = n if stop is None else min(int(stop), n)
+    if chunk < 1:
+        raise ValueError(f"chunk must be a positive number of rows, got {chunk!r}.")
+    for a, b in _row_bounds(X, int(chunk), int(start), stop):
+        yield slice(a, b), _materialize(X[a:b])
+
+
+def iter_vocab_counts(
+    adata,
+    *,
+    layer: str | None = None,
+    token_key: str = TOKEN_KEY,
+    chunk: int = CHUNK,
+    start: int = 0,
+    stop: int | None = None,
+    vocab_size: int | None = None,
+    token: np.ndarray | None = None,
+    where: str | None = None,
+) -> Iterator[tuple[slice, sparse.csr_matrix, np.ndarray]]:
+    """Yield ``(rows, counts [n, V] CSR float64, totals [n])``: checked raw counts on the vocabulary.
+
+    Every stored value of every block is checked (:func:`~biomjepa.data.tokenize.check_counts`);
+    ``totals`` are library sizes over all input genes, mapped or not. ``token`` (``[n_vars]``
+    vocabulary index, −1 unmapped) replaces ``var[token_key]`` for callers that map genes
+    themselves (the coexpression graph over unmapped files); ``where`` names the matrix in errors
+    (default ``X`` / ``layers[...]``; corpus preparation adds the file name).
+    """
+    from .vocab import Vocab
+
+    token = token_column(adata, token_key) if token is None else np.asarray(token, dtype=np.int64)
+    V = vocab_size or Vocab.default().size
+    where = where or where_label(layer)
+    for rows, block in iter_counts(adata, layer=layer, chunk=chunk, start=start, stop=stop):
+        check_counts(block, where=where)
+        counts, totals = to_vocab_counts(block, token, V)
+        yield rows, counts, totals
+
+
+def iter_tokenized(
+    adata,
+    *,
+    layer: str | None = None,
+    token_key: str = TOKEN_KEY,
+    chunk: int = CHUNK,
+    start: int = 0,
+    stop: int | None = None,
+) -> Iterator[tuple[slice, TokenizedCells]]:
+    """Yield ``(rows, TokenizedCells)`` chunk by chunk: the package's one AnnData → tokens loop.
+
+    Raises
+    ------
+    ValueError
+        Naming the cells (absolute positions) when a chunk holds a cell with no mapped gene.
+    """
+    for rows, counts, totals in iter_vocab_counts(
+        adata, layer=layer, token_key=token_key, chunk=chunk, start=start, stop=stop
+    ):
+        try:
+            cells = tokenize(counts, totals)
+        except ValueError as err:
+            raise ValueError(f"Cells {rows.start}..{rows.stop - 1}: {err}") from None
+        yield rows, cells
+
+
+def iter_selected(
+    adata,
+    rows: np.ndarray,
+    *,
+    layer: str | None = None,
+    token_key: str = TOKEN_KEY,
+    chunk: int = CHUNK,
+) -> Iterator[tuple[np.ndarray, TokenizedCells]]:
+    """Yield ``(positions, TokenizedCells)`` for the cells ``rows`` only, chunk by chunk.
+
+    ``rows`` are sorted, unique absolute row positions; ``positions`` index into ``rows``. Only
+    the ``chunk``-row blocks that hold a requested row are read, and only the requested rows of a
+    block are tokenized, so memory is one block plus the cells of one block.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) and (np.any(np.diff(rows) <= 0) or rows[0] < 0 or rows[-1] >= adata.n_obs):
+        raise ValueError(f"rows must be sorted, unique positions in 0..{adata.n_obs - 1}.")
+    for start in np.unique(rows // chunk) * chunk:
+        for sl, counts, totals in iter_vocab_counts(
+            adata, layer=layer, token_key=token_key, chunk=chunk, start=int(start), stop=int(start) + chunk
+        ):
+            lo, hi = np.searchsorted(rows, [sl.start, sl.stop])
+            if hi == lo:
+                continue
+            local = rows[lo:hi] - sl.start
+            try:
+                cells = tokenize(counts[local], totals[local])
+            except ValueError as err:
+                raise ValueError(f"Cells {sl.start}..{sl.stop - 1}: {err}") from None
+            yield np.arange(lo, hi), cells
+
+
+def gather(
+    adata, rows: np.ndarray, *, layer: str | None = None, token_key: str = TOKEN_KEY, chunk: int = CHUNK
+) -> TokenizedCells:
+    """The cells ``rows`` (sorted, unique) as one :class:`TokenizedCells`, read chunk by chunk.
+
+    For the few cells a tool keeps in memory on purpose (a sample of cells to ablate, the
+    training split of fine-tuning); everything else streams with :func:`iter_tokenized`.
+    """
+    parts = [cells for _, cells in iter_selected(adata, rows, layer=layer, token_key=token_key, chunk=chunk)]
+    return concat_cells(parts)
+
+
+def n_rows(adata, *, start: int = 0, stop: int | None = None) -> int:
+    """Number of rows :func:`iter_tokenized` will yield for ``start``/``stop``."""
+    stop = adata.n_obs if stop is None else min(int(stop), adata.n_obs)
+    return max(0, stop - int(start))
