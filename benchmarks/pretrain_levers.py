@@ -24,6 +24,7 @@ VARIANTS = {
     "+pca-init": ["gene_init=pca", "cell_centre=false", "target_norm=true"],
     "+cell-centre": ["gene_init=random", "cell_centre=true", "target_norm=false"],
     "v0.2-recipe": [],
+    "+target-scale": ["target_scale=true"],
     "token": ["objective=token"],
     "random_block": ["objective=random_block"],
     "decoder": ["objective=decoder"],

@@ -39,3 +39,15 @@ def test_single_row_and_effective_rank():
     assert effective_rank(iso) == pytest.approx(3.0, rel=1e-4)  # centred one-hot: 3 equal eigenvalues
     assert effective_rank(torch.randn(2000, 4)) == pytest.approx(4.0, rel=0.05)
     assert math.isnan(effective_rank(z))
+
+
+def test_unit_rms_targets_have_rms_one_and_keep_direction():
+    from biomjepa.train.config import TrainConfig
+    from biomjepa.train.objectives import unit_rms
+
+    t = 0.02 * torch.randn(50, 8)
+    scaled = unit_rms(t)
+    assert float(scaled.pow(2).mean().sqrt()) == pytest.approx(1.0, rel=1e-5)
+    assert torch.allclose(torch.nn.functional.normalize(scaled, dim=1), torch.nn.functional.normalize(t, dim=1), atol=1e-6)
+    assert torch.equal(unit_rms(torch.zeros(3, 2)), torch.zeros(3, 2))  # no division by zero
+    assert TrainConfig().target_scale is False  # off by default: the v0.2 recipe is unchanged

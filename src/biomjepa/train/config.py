@@ -19,6 +19,10 @@ import yaml
 
 Objective = Literal["block", "token", "random_block", "decoder"]
 PRESETS = ("tiny", "mini", "base")
+#: Keys that older versions accepted, with why they are gone (a saved ``null`` is dropped silently).
+REMOVED_KEYS = {
+    "max_genes": "it was never implemented (every observed gene of a cell is always used); delete the key",
+}
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,6 @@ class TrainConfig:
     accumulation: int = 8
     num_workers: int = 0
     sort_pool: int = 64
-    max_genes: int | None = None
     # graph and target blocks (paper: K = 4, 2,000–8,000, safeguard 512, 64-NN DMT)
     graph: str | None = None
     n_targets: int = 4
@@ -86,6 +89,7 @@ class TrainConfig:
     centre_rate: float = 0.9
     target_centre: Literal["global", "gene"] = "global"  # gene: per-gene EMA centre of teacher states
     cell_centre: bool = False  # also subtract each cell's mean (gene-centred) target-token state
+    target_scale: bool = False  # divide centred block targets by their batch RMS (unit-scale targets)
     # optimisation
     lr: float = 1e-4
     min_lr: float = 1e-6
@@ -123,6 +127,9 @@ class TrainConfig:
             raise ValueError(f"tau must be > 0, got {self.tau}.")
         if self.random_ratio is not None:
             object.__setattr__(self, "random_ratio", tuple(float(x) for x in self.random_ratio))
+        from .._settings import check_device
+
+        object.__setattr__(self, "device", check_device(self.device, "device"))
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -131,13 +138,20 @@ class TrainConfig:
 
         A ``preset`` key (``tiny``/``mini``/``base``) starts from that preset's values.
         """
+        return cls._from_mapping(d, "")
+
+    @classmethod
+    def _from_mapping(cls, d: dict, where: str) -> TrainConfig:
         d = dict(d or {})
         base = preset(d.pop("preset")) if "preset" in d else cls()
+        for key, why in REMOVED_KEYS.items():
+            if key in d and d.pop(key) is not None:
+                raise ValueError(f"{where}TrainConfig key {key!r} was removed: {why}.")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"Unknown TrainConfig keys {unknown}; known keys: {sorted(known)}.")
-        return replace(base, **{k: _coerce(_field_type(k), v, k) for k, v in d.items()})
+            raise ValueError(f"{where}Unknown TrainConfig keys {unknown}; known keys: {sorted(known)}.")
+        return replace(base, **{k: _coerce(_field_type(k), v, k, where) for k, v in d.items()})
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainConfig:
@@ -145,7 +159,7 @@ class TrainConfig:
             d = yaml.safe_load(f) or {}
         if not isinstance(d, dict):
             raise ValueError(f"{path} must hold a YAML mapping of TrainConfig keys.")
-        return cls.from_dict(d)
+        return cls._from_mapping(d, f"{path}: ")
 
     def with_overrides(self, overrides: list[str] | None) -> TrainConfig:
         """Apply ``["key=value", ...]``; values are parsed as YAML and coerced to the key's type."""
@@ -156,9 +170,15 @@ class TrainConfig:
                 raise ValueError(f"--set expects key=value, got {item!r}.")
             key, raw = item.split("=", 1)
             key = key.strip()
+            if key in REMOVED_KEYS:
+                raise ValueError(f"--set {item}: TrainConfig key {key!r} was removed: {REMOVED_KEYS[key]}.")
             if key not in known:
                 raise ValueError(f"Unknown TrainConfig key {key!r} in --set; known keys: {sorted(known)}.")
-            out[key] = _coerce(_field_type(key), yaml.safe_load(raw), key)
+            try:
+                value = yaml.safe_load(raw)
+            except yaml.YAMLError:
+                value = raw  # not YAML: a plain string, checked against the key's type below
+            out[key] = _coerce(_field_type(key), value, key, "--set ")
         return replace(self, **out)
 
     def to_dict(self) -> dict:
@@ -203,28 +223,86 @@ def _field_type(name: str):
     return _HINTS[name]
 
 
-def _coerce(tp, value, key: str):
-    """Coerce a YAML/--set value to the annotated type (``int``, ``float``, ``bool``, ``str``, optional)."""
+_BOOLS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+
+
+def _coerce(tp, value, key: str, where: str = ""):
+    """Check a YAML/--set value against the key's annotated type; never guesses.
+
+    ``int`` refuses 2.9 (2.0 and ``"1e4"`` are fine), ``float`` takes numbers and numeric strings
+    (YAML reads ``1e-4`` as a string), ``bool`` only true/false/yes/no/1/0, ``str`` only strings or
+    numbers; the error names the key, the value and the expected type.
+    """
     args = typing.get_args(tp)
     origin = typing.get_origin(tp)
-    if value is None or tp is Any:
+    if value is None and (tp is Any or type(None) in args):
+        return value
+    if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        return _coerce(inner[0], value, key) if len(inner) == 1 else value
+        return _coerce(inner[0], value, key, where) if len(inner) == 1 else value
     if origin is Literal:
         if value not in args:
-            raise ValueError(f"{key} must be one of {args}, got {value!r}.")
+            raise ValueError(f"{where}{key} must be one of {args}, got {value!r}.")
         return value
-    if origin is tuple:
-        return tuple(float(v) for v in value)
+    parsed = _parse(tp, origin, value)
+    if parsed is _BAD:
+        raise ValueError(
+            f"{where}{key}={value!r} ({type(value).__name__}): expected {_type_name(tp)}."
+        )
+    return parsed
+
+
+_BAD = object()
+
+
+def _parse(tp, origin, value):
+    """``value`` as ``tp``, or ``_BAD``."""
     if tp is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower() if isinstance(value, (int, str)) else None
+        return _BOOLS.get(text, _BAD)
+    if isinstance(value, bool):
+        return _BAD  # True is an int in Python; never a number here
+    if tp is int or tp is float:
         if isinstance(value, str):
-            return value.lower() in ("1", "true", "yes", "on")
-        return bool(value)
-    if tp in (int, float, str):
-        return tp(value)
+            try:
+                value = float(value)
+            except ValueError:
+                return _BAD
+        if not isinstance(value, (int, float)):
+            return _BAD
+        if tp is int:
+            return int(value) if float(value).is_integer() else _BAD
+        return float(value)
+    if tp is str:
+        return str(value) if isinstance(value, (str, int, float)) else _BAD
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or len(value) != len(typing.get_args(tp)):
+            return _BAD
+        items = [_parse(float, None, v) for v in value]
+        return _BAD if any(v is _BAD for v in items) else tuple(items)
+    if tp is dict:
+        return dict(value) if isinstance(value, dict) else _BAD
     return value
+
+
+def _type_name(tp) -> str:
+    if tp is int:
+        return "an integer (e.g. 8; 2.5 is refused)"
+    if tp is float:
+        return "a number (e.g. 0.1 or 1e-4)"
+    if tp is bool:
+        return "a boolean: true/false, yes/no or 1/0"
+    if tp is str:
+        return "a string"
+    if typing.get_origin(tp) is tuple:
+        return f"a list of {len(typing.get_args(tp))} numbers, e.g. [0.1, 0.4]"
+    if tp is dict:
+        return "a mapping, e.g. {n_layers: 2}"
+    return str(tp)
 
 
 def preset(name: str) -> TrainConfig:
