@@ -1,0 +1,105 @@
+"""``biomjepa embed INPUT... --store OUT.zarr`` / ``torchrun ... -m biomjepa.embed``: the atlas command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .._cli_types import positive_int
+
+DESCRIPTION = """\
+Embed the cells of one or many .h5ad files of raw counts (paths or quoted globs; large files are read
+backed, block by block) into a zarr store: one group per input (named after the file stem) holding
+X_biomjepa [n_obs, D] float32, obs_names and n_genes. Each block of --block-rows rows is written
+and then recorded as done; running the same command again skips the finished blocks, so a killed
+run resumes where it stopped. Under torchrun every rank takes its own share of the blocks (one GPU
+per rank where there are GPUs, CPU processes otherwise); the result is identical, bit for bit,
+whatever the number of processes.
+"""
+
+EPILOG = """\
+examples:
+  biomjepa embed data/*.h5ad --store atlas.zarr
+  torchrun --nproc_per_node=8 -m biomjepa.embed 'data/*.h5ad' --store atlas.zarr
+  python -c "from biomjepa.embed import read_atlas; print(read_atlas('atlas.zarr'))"
+
+exit codes: 0 success, 1 error while running (message on stderr), 2 usage error (bad arguments,
+missing or non-h5ad inputs, unwritable store)
+"""
+
+
+def build_parser(prog: str = "biomjepa embed") -> argparse.ArgumentParser:
+    """The atlas embedding parser (``biomjepa embed ... --store`` and ``python -m biomjepa.embed``)."""
+    from .run import BLOCK_ROWS
+
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help=".h5ad files of raw counts, or quoted globs ('data/*.h5ad')")
+    p.add_argument("--store", required=True, metavar="OUT.zarr", help="output zarr store (a directory; created, or resumed)")
+    p.add_argument("--checkpoint", default=None, help="registry name, checkpoint directory or URL#sha256=HEX "
+                   "(default: bj.settings.checkpoint)")
+    p.add_argument("--layer", default=None, help="layer holding raw counts in every input (default: X)")
+    p.add_argument("--gene-key", default=None, help="var column with gene identifiers (default: var_names)")
+    p.add_argument("--id-type", default="auto", choices=["auto", "entrez"], help="as in `biomjepa embed` (default: auto)")
+    p.add_argument("--species", default="human", choices=["human", "mouse"], help="species of the gene identifiers (default: human)")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="cells per forward pass (default: bj.settings.batch_size)")
+    p.add_argument("--device", default="auto",
+                   help="auto (cuda:LOCAL_RANK if CUDA is available, else CPU), cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--block-rows", type=positive_int, default=BLOCK_ROWS,
+                   help=f"rows per block: the unit of work and of resumption (default: {BLOCK_ROWS})")
+    p.add_argument("--write-obsm", action="store_true",
+                   help="once complete, replace each input by a copy with obsm['X_biomjepa'] (temporary file + rename)")
+    p.add_argument("--overwrite", action="store_true", help="start an existing store again from nothing (one process)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO level, progress bars)")
+    return p
+
+
+def atlas_argv(argv: list[str]) -> list[str] | None:
+    """The arguments for :func:`main` when ``biomjepa`` ``argv`` asks for ``embed ... --store``, else ``None``."""
+    lead = 0
+    while lead < len(argv) and argv[lead] in ("-v", "--verbose"):
+        lead += 1
+    if lead == len(argv) or argv[lead] != "embed":
+        return None
+    rest = argv[lead + 1 :]
+    if not any(a == "--store" or a.startswith("--store=") for a in rest):
+        return None
+    return argv[:lead] + rest
+
+
+def main(argv: list[str] | None = None, prog: str = "biomjepa embed") -> int:
+    """Run the atlas embedding on this rank; returns the exit code (usage errors exit 2)."""
+    from .inputs import resolve_inputs
+    from .run import check_store_path, dist_env, embed_atlas
+
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:  # every input and the store are checked before a model is loaded
+        rank, world, _ = dist_env()
+        resolve_inputs(args.inputs, writable=args.write_obsm)
+        check_store_path(args.store)
+    except (ValueError, OSError) as err:
+        parser.error(str(err))
+    if args.verbose:
+        from .._settings import settings
+
+        settings.verbosity = 2
+    who = f" (rank {rank}/{world})" if world > 1 else ""
+    try:
+        out = embed_atlas(args.inputs, args.store, checkpoint=args.checkpoint, block_rows=args.block_rows,
+                          batch_size=args.batch_size, device=args.device, layer=args.layer, gene_key=args.gene_key,
+                          species=args.species, id_type=args.id_type, write_obsm=args.write_obsm,
+                          overwrite=args.overwrite)
+    except (ValueError, KeyError, TypeError, RuntimeError, OSError) as err:
+        if args.verbose:
+            logging.getLogger("biomjepa").exception("traceback")
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"{prog}{who}: error: {message}", file=sys.stderr)
+        return 1
+    print(f"rank {out['rank']}/{out['world']}: embedded {out['blocks']} blocks, {out['cells']} cells in "
+          f"{out['seconds']:.1f} s ({out['cells_per_s']:.1f} cells/s), peak RSS {out['peak_rss_mib']:.0f} MiB")
+    if out["complete"]:
+        print(f"{args.store}: complete, {out['n_obs']} cells" + (", obsm written into the inputs" if args.write_obsm else ""))
+    return 0

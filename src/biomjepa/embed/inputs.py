@@ -1,0 +1,106 @@
+"""The inputs of an atlas run: resolve paths and globs, check them, open them backed and mapped."""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+_GLOB_CHARS = set("*?[")
+
+
+@dataclass(frozen=True)
+class AtlasInput:
+    """One ``.h5ad`` input: its group ``name`` in the store, absolute ``path``, size and mtime."""
+
+    name: str
+    path: str
+    size: int
+    mtime_ns: int
+    n_obs: int = -1
+
+    def fingerprint(self) -> dict:
+        return asdict(self)
+
+
+def expand_inputs(patterns: list[str]) -> list[str]:
+    """Paths and quoted globs → the list of files (a glob expands sorted; an unmatched glob is an error)."""
+    paths: list[str] = []
+    for pattern in patterns:
+        if _GLOB_CHARS & set(pattern) and not Path(pattern).exists():
+            hits = sorted(glob.glob(os.path.expanduser(pattern)))
+            if not hits:
+                raise FileNotFoundError(f"no file matches {pattern!r}")
+            paths.extend(hits)
+        else:
+            paths.append(pattern)
+    if not paths:
+        raise ValueError("no input files given")
+    return paths
+
+
+def check_h5ad(path: str) -> Path:
+    """An existing, readable HDF5 ``.h5ad`` file; otherwise an error naming the path."""
+    import h5py
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"no such file: {path!r}")
+    if not p.is_file():
+        raise ValueError(f"not a file: {path!r}")
+    if p.suffix != ".h5ad" or not h5py.is_hdf5(p):
+        raise ValueError(f"{path!r} is not an .h5ad (HDF5) file; give .h5ad files of raw counts")
+    if not os.access(p, os.R_OK):
+        raise PermissionError(f"cannot read {path!r} (permission denied)")
+    return p.resolve()
+
+
+def resolve_inputs(patterns: list[str], *, writable: bool = False) -> list[AtlasInput]:
+    """Checked inputs with unique store names (file stems; a repeated stem gets ``_2``, ``_3``...).
+
+    The same file given twice is an error. With ``writable=True`` (``--write-obsm``) each file's
+    directory must be writable, since the file is replaced by an updated copy.
+    """
+    out: list[AtlasInput] = []
+    seen_paths: set[Path] = set()
+    names: set[str] = set()
+    for raw in expand_inputs(patterns):
+        p = check_h5ad(raw)
+        if p in seen_paths:
+            raise ValueError(f"{raw!r} is given twice")
+        seen_paths.add(p)
+        if writable and not os.access(p.parent, os.W_OK | os.X_OK):
+            raise PermissionError(f"--write-obsm: cannot write into the directory of {raw!r} (permission denied)")
+        name, k = p.stem, 1
+        while name in names:
+            k += 1
+            name = f"{p.stem}_{k}"
+        names.add(name)
+        st = p.stat()
+        out.append(AtlasInput(name, str(p), st.st_size, st.st_mtime_ns))
+    return out
+
+
+def open_input(inp: AtlasInput, *, gene_key=None, species="human", id_type="auto", layer=None):
+    """The input opened ``backed="r"`` with ``var["biomjepa_token"]`` set in memory (file untouched).
+
+    Genes are mapped by :func:`biomjepa.pp.map_vocab` on a copy of ``var`` alone, so mapping
+    never reads the count matrix (the report's ``count_fraction`` is not computed).
+    """
+    import anndata as ad
+    import pandas as pd
+
+    from .._keys import TOKEN_KEY
+    from ..pp import map_vocab
+
+    adata = ad.read_h5ad(inp.path, backed="r")
+    if layer is not None and layer not in adata.layers:
+        raise KeyError(f"{inp.path}: layer {layer!r} not found; available layers: {list(adata.layers)}")
+    proxy = ad.AnnData(obs=pd.DataFrame(index=["cell"]), var=adata.var.copy())
+    try:
+        map_vocab(proxy, gene_key=gene_key, species=species, id_type=id_type)
+    except (ValueError, KeyError) as err:
+        raise ValueError(f"{inp.path}: {err.args[0] if err.args else err}") from None
+    adata.var[TOKEN_KEY] = proxy.var[TOKEN_KEY].to_numpy()
+    return adata

@@ -1,0 +1,277 @@
+"""``embed_atlas``: embed many h5ad inputs into one atlas store, block by block, on one rank of many.
+
+Every input is cut into fixed blocks of ``block_rows`` rows; the blocks of all inputs, in input
+order, are numbered ``0..B-1`` and block ``g`` belongs to rank ``g % world``. A rank embeds its
+blocks that are not yet ``done`` in the store, each through the package's one streaming reader
+(:func:`biomjepa.data.stream.iter_tokenized`, rows ``start..stop`` of the backed file) and
+:func:`biomjepa.tl._embed.embed_cells`. A block is always embedded whole by the same code,
+whatever the number of ranks or the run that does it, so the store's contents do not depend on
+either, bit for bit. Ranks share nothing but the store: no collective, no process group. Rank 0
+creates (or checks) the store first, and at the end waits until every block is done, marks the
+store complete and, with ``write_obsm``, copies the result into each input's ``obsm``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .inputs import AtlasInput, open_input, resolve_inputs
+from .store import FORMAT, AtlasStore, manifest_differences
+
+logger = logging.getLogger(__name__)
+
+BLOCK_ROWS = 8192
+#: Testing hook: ``"K"`` makes every rank raise after writing K blocks, ``"R:K"`` only rank R.
+FAIL_ENV = "BIOMJEPA_ATLAS_FAIL_AFTER"
+
+
+def dist_env(rank: int | None = None, world: int | None = None) -> tuple[int, int, int]:
+    """``(rank, world, local_rank)`` from the arguments, else torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``."""
+    world = int(os.environ.get("WORLD_SIZE", "1")) if world is None else int(world)
+    rank = int(os.environ.get("RANK", "0")) if rank is None else int(rank)
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is outside 0..{world - 1} (world size {world})")
+    return rank, world, int(os.environ.get("LOCAL_RANK", str(rank)))
+
+
+def check_store_path(store: str | Path) -> Path:
+    """The store's directory must exist and be writable; checked before any work."""
+    p = Path(store).expanduser()
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"--store {str(p)!r} exists and is not a directory (a zarr store is a directory)")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"the directory of --store {str(p)!r} does not exist; create {str(parent)!r} first")
+    target = p if p.exists() else parent
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write the store {str(p)!r}: {str(target)!r} is not writable")
+    return p
+
+
+def embed_atlas(
+    inputs: list[str],
+    store: str | Path,
+    *,
+    checkpoint: str | None = None,
+    block_rows: int = BLOCK_ROWS,
+    batch_size: int | None = None,
+    device: str = "auto",
+    layer: str | None = None,
+    gene_key: str | None = None,
+    species: str = "human",
+    id_type: str = "auto",
+    write_obsm: bool = False,
+    overwrite: bool = False,
+    rank: int | None = None,
+    world: int | None = None,
+    wait_timeout: float = 3600.0,
+) -> dict:
+    """Embed the cells of ``inputs`` (``.h5ad`` paths or globs) into the zarr ``store``; resumable.
+
+    Run it once per rank (``torchrun --nproc_per_node=N -m biomjepa.embed``) or in one process;
+    re-running the same call skips the blocks already written. Parameters not described are those
+    of :func:`biomjepa.pp.map_vocab` and :func:`biomjepa.tl.embed`.
+
+    Parameters
+    ----------
+    block_rows
+        Rows per block: the unit of work, of resumption and of the store's chunks.
+    write_obsm
+        Once the store is complete, replace each input by a copy with ``obsm["X_biomjepa"]`` and
+        ``uns["biomjepa"]["params"]`` (rank 0; temporary file + rename).
+    overwrite
+        Start a store that exists again from nothing (one process only).
+    rank, world
+        Default: torchrun's ``RANK`` and ``WORLD_SIZE`` (a single process without them).
+    wait_timeout
+        Seconds ranks other than 0 wait for rank 0 to create the store.
+
+    Returns
+    -------
+    dict: this rank's ``rank``, ``world``, ``blocks``, ``cells``, ``seconds``, ``cells_per_s``,
+    ``peak_rss_mib``, the store's ``complete`` flag and (rank 0) ``n_obs`` over all inputs.
+    """
+    from .._device import resolve_device
+    from .._pretrained import load_model
+    from .._settings import settings
+
+    rank, world, local = dist_env(rank, world)
+    if block_rows < 1:
+        raise ValueError(f"block_rows must be >= 1, got {block_rows}")
+    if overwrite and world > 1:
+        raise ValueError("--overwrite needs a single process; delete the store (rm -r) before a multi-process run")
+    inps = resolve_inputs(list(inputs), writable=write_obsm)
+    store = check_store_path(store)
+    dev = resolve_device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = _cuda(local)
+    model = load_model(checkpoint)
+    bs = int(batch_size or settings.batch_size)
+    wanted = _manifest(model, inps, block_rows=block_rows, batch_size=bs, dev=dev, layer=layer,
+                       gene_key=gene_key, species=species, id_type=id_type)
+    map_kw = {"gene_key": gene_key, "species": species, "id_type": id_type, "layer": layer}
+    st = _open_store(store, wanted, inps, rank=rank, overwrite=overwrite, wait_timeout=wait_timeout, map_kw=map_kw)
+
+    t0 = time.perf_counter()
+    cells, blocks = _embed_my_blocks(st, model, inps, rank=rank, world=world, map_kw=map_kw,
+                                     batch_size=bs, device=dev, layer=layer)
+    seconds = time.perf_counter() - t0
+    out = {"rank": rank, "world": world, "blocks": blocks, "cells": cells, "seconds": seconds,
+           "cells_per_s": cells / seconds if seconds > 0 else 0.0,
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "complete": False}
+    if rank == 0:
+        _finish(st, wait_timeout=None)
+        if write_obsm and not st.root.attrs.get("obsm_written", False):
+            from .obsm import write_obsm_all
+
+            write_obsm_all(st)
+        out["n_obs"] = sum(i["n_obs"] for i in st.manifest["inputs"])
+        out["complete"] = True
+    return out
+
+
+def _cuda(local_rank: int):
+    import torch
+
+    return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
+
+
+def _manifest(model, inps, *, block_rows, batch_size, dev, layer, gene_key, species, id_type) -> dict:
+    from .. import __version__
+    from .._settings import settings
+    from ..data.vocab import Vocab
+
+    return {
+        "format": FORMAT,
+        "checkpoint": model.info.get("name", "unnamed"),
+        "checkpoint_sha256": model.info.get("sha256", ""),
+        "embedding_dim": int(model.config.embedding_dim),
+        "block_rows": int(block_rows),
+        "settings": {
+            "layer": layer or "X", "gene_key": gene_key or "var_names", "species": species, "id_type": id_type,
+            "batch_size": batch_size, "max_batch_tokens": settings.max_batch_tokens,
+            "dtype": "bfloat16-autocast" if dev.type == "cuda" else "float32",
+            "pooling": model.config.pooling, "vocab_hash": Vocab.default().hash,
+        },
+        "biomjepa_version": __version__,
+        "inputs": [i.fingerprint() for i in inps],
+    }
+
+
+def _open_store(store: Path, wanted: dict, inps: list[AtlasInput], *, rank, overwrite, wait_timeout, map_kw):
+    """Rank 0 creates the store or checks that it was made by this very command; others wait for it."""
+    if rank != 0:  # rank 0 creates or checks the store; the others only wait until it is ready
+        deadline = time.monotonic() + wait_timeout
+        while AtlasStore.state(store) != "ready":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {rank}: rank 0 did not create {store} within {wait_timeout:.0f} s")
+            time.sleep(0.5)
+    else:
+        state = AtlasStore.state(store)
+        if state == "foreign":
+            raise ValueError(f"--store {str(store)!r} exists and is not a biomjepa atlas store; give a new path")
+        if state != "ready" or overwrite:
+            return _create_store(store, wanted, inps, map_kw)
+    st = AtlasStore(store)
+    diffs = manifest_differences(st.manifest, wanted)
+    if diffs:
+        raise ValueError(f"the store {str(store)!r} was made by a different command, so it cannot be resumed: "
+                         + "; ".join(diffs) + ". Use --overwrite to start it again, or another --store.")
+    return st
+
+
+def _create_store(store: Path, wanted: dict, inps: list[AtlasInput], map_kw: dict) -> AtlasStore:
+    obs_names, n_obs = {}, []
+    for inp in inps:
+        adata = open_input(inp, **map_kw)  # maps genes now: a bad input fails before any embedding
+        obs_names[inp.name] = adata.obs_names.to_numpy()
+        n_obs.append(adata.n_obs)
+        adata.file.close()
+        if not n_obs[-1]:
+            raise ValueError(f"{inp.path} has no cells")
+    wanted = {**wanted, "inputs": [{**i, "n_obs": n} for i, n in zip(wanted["inputs"], n_obs)]}
+    logger.info("creating %s for %d inputs, %d cells", store, len(inps), sum(n_obs))
+    return AtlasStore.create(store, wanted, obs_names)
+
+
+def _my_blocks(st: AtlasStore, rank: int, world: int) -> list[tuple[str, int]]:
+    """This rank's blocks not yet done: global block ``g`` (inputs in order) belongs to rank ``g % world``."""
+    mine, g = [], 0
+    for inp in st.manifest["inputs"]:
+        done = st.done(inp["name"])
+        for b in range(len(done)):
+            if g % world == rank and not done[b]:
+                mine.append((inp["name"], b))
+            g += 1
+    return mine
+
+
+def _embed_my_blocks(st, model, inps, *, rank, world, map_kw, batch_size, device, layer) -> tuple[int, int]:
+    """Embed and write this rank's pending blocks; returns (cells, blocks) embedded."""
+    from tqdm.auto import tqdm
+
+    from .._settings import settings
+    from ..data.stream import iter_tokenized
+    from ..tl._embed import embed_cells
+
+    todo = _my_blocks(st, rank, world)
+    by_name = {i.name: i for i in inps}
+    fail_after = _fail_after(rank)
+    opened: dict[str, object] = {}
+    cells = 0
+    total = sum(b - a for name, i in todo for a, b in [st.bounds(name)[i]])
+    bar = tqdm(total=total, unit="cell", disable=not settings.show_progress, desc=f"embed rank {rank}")
+    for k, (name, block) in enumerate(todo):
+        if name not in opened:  # one input open at a time
+            _close(opened)
+            opened = {name: open_input(by_name[name], **map_kw)}
+        a, b = st.bounds(name)[block]
+        Z = np.empty((b - a, st.manifest["embedding_dim"]), dtype=np.float32)
+        n_genes = np.empty(b - a, dtype=np.int32)
+        for rows, tok in iter_tokenized(opened[name], layer=layer, chunk=b - a, start=a, stop=b):
+            sl = slice(rows.start - a, rows.stop - a)
+            Z[sl] = embed_cells(model, tok, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens)
+            n_genes[sl] = tok.lengths
+        st.write_block(name, block, Z, n_genes)
+        cells += b - a
+        bar.update(b - a)
+        logger.info("rank %d: %s block %d (rows %d..%d) written", rank, name, block, a, b)
+        if fail_after is not None and k + 1 >= fail_after:
+            raise RuntimeError(f"rank {rank}: stopping after {k + 1} blocks ({FAIL_ENV} testing hook)")
+    bar.close()
+    _close(opened)
+    return cells, len(todo)
+
+
+def _close(opened: dict) -> None:
+    for adata in opened.values():
+        adata.file.close()
+
+
+def _fail_after(rank: int) -> int | None:
+    value = os.environ.get(FAIL_ENV, "").strip()
+    if not value:
+        return None
+    who, _, k = value.rpartition(":")
+    return int(k) if who in ("", str(rank)) else None
+
+
+def _finish(st: AtlasStore, *, wait_timeout: float | None) -> None:
+    """Rank 0: wait until every block of every input is done, then mark the store complete."""
+    t0, last_log = time.monotonic(), 0.0
+    while missing := st.missing():
+        waited = time.monotonic() - t0
+        if wait_timeout is not None and waited > wait_timeout:
+            raise TimeoutError(f"blocks still missing after {waited:.0f} s: {missing}; run the command again to finish")
+        if waited - last_log > 60:
+            logger.info("waiting for other ranks: blocks missing %s", missing)
+            last_log = waited
+        time.sleep(1.0)
+    if not st.root.attrs.get("complete", False):
+        st.mark_complete(completed=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
