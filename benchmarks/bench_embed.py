@@ -37,13 +37,13 @@ def load_cells(n_cells: int, genes_per_cell: int | None, seed: int = 0):
     import anndata as ad
 
     import biomjepa as bj
-    from biomjepa.data.anndata_source import tokenize_adata
+    from biomjepa.data.stream import gather
 
     path = SHARED / "scrna" / "baron2016_pancreas_2142cells_raw.h5ad"
     adata = ad.read_h5ad(path) if path.exists() else bj.datasets.pancreas()
     adata = adata[np.random.default_rng(seed).permutation(adata.n_obs)[:n_cells]].copy()
     bj.pp.map_vocab(adata)
-    cells = tokenize_adata(adata)
+    cells = gather(adata, np.arange(adata.n_obs))
     if genes_per_cell is None:
         return cells
     rng = np.random.default_rng(seed)

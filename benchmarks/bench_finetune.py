@@ -133,7 +133,7 @@ def run_api(adata, batch: int, device: str = "cpu") -> dict:
 def main() -> None:
     import torch
 
-    from biomjepa.data.anndata_source import tokenize_adata
+    from biomjepa.data.stream import gather
     from biomjepa.tl._finetune import _labels, stratified_split
 
     ap = argparse.ArgumentParser()
@@ -151,7 +151,7 @@ def main() -> None:
     adata = load_baron(args.genes)
     codes, _ = _labels(adata, "cell_type1")
     split = stratified_split(codes, 0.6, 0.2, 0)
-    cells = tokenize_adata(adata)
+    cells = gather(adata, np.arange(adata.n_obs))
     rows = []
     for i, name in enumerate(args.configs):
         n_tr = args.train_cells[min(i, len(args.train_cells) - 1)]

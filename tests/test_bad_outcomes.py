@@ -74,7 +74,7 @@ def test_no_unsafe_torch_load_anywhere():
 
 
 def test_crafted_training_state_runs_no_code(tmp_path):
-    from biomjepa.tl._jepa_errors import load_training_modules  # what bj.tl.programme_dependencies calls
+    from biomjepa.train.target_errors import load_training_modules  # what bj.tl.programme_dependencies calls
 
     marker = tmp_path / "pwned"
     crafted = tmp_path / "run" / "checkpoints" / "step_00000001.pt"

@@ -46,3 +46,94 @@ def test_tl_reads_a_mudata_modality(name, func):
     param = inspect.signature(func).parameters.get("mod")
     assert param is not None, f"tl.{name} lacks `mod`"
     assert param.kind is inspect.Parameter.KEYWORD_ONLY and param.default is None
+
+
+# --------------------------------------------------------------------------- module boundaries
+import ast  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+SRC = Path(bj.__file__).resolve().parent
+#: the one function of ``train`` that ``tl`` may import (programme dependencies need a training state)
+TL_FROM_TRAIN = ("biomjepa.train.target_errors", "programme_errors")
+
+
+def _imports(path: Path, package: str):
+    """``(line, absolute module, imported name or None)`` for every import anywhere in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, None
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                yield node.lineno, module, alias.name
+
+
+def _reaches_train(module: str, name: str | None) -> bool:
+    full = f"{module}.{name}" if name else module
+    return module == "biomjepa.train" or module.startswith("biomjepa.train.") or full == "biomjepa.train"
+
+
+def test_tl_uses_train_through_one_function_only():
+    """``tl`` imports exactly one public function from ``train`` and nothing else (STYLE: one boundary)."""
+    offenders, allowed = [], []
+    for path in sorted((SRC / "tl").glob("*.py")):
+        for line, module, name in _imports(path, "biomjepa.tl"):
+            if not _reaches_train(module, name):
+                continue
+            where = f"tl/{path.name}:{line}: {module} {name}"
+            (allowed if (module, name) == TL_FROM_TRAIN else offenders).append(where)
+    assert offenders == [], f"tl imports from train beyond {TL_FROM_TRAIN}: {offenders}"
+    assert allowed, "the allowed import was not found: the test no longer sees tl's imports"
+    import importlib
+
+    entry = importlib.import_module(TL_FROM_TRAIN[0])
+    assert entry.__all__ == [TL_FROM_TRAIN[1]]
+
+
+#: the raw-count → vocabulary → tokens steps that only ``data/`` may run on AnnData blocks
+READER_STEPS = {"check_counts", "to_vocab_counts", "tokenize"}
+#: modules outside ``data/`` allowed one step, and why (a stale entry fails the test)
+READER_EXCEPTIONS = {
+    "bench/depth.py": {"check_counts"},  # validates the whole X before thinning it; embeds via tl.embed
+    "train/gene_init.py": {"tokenize"},  # normalizes prepared corpus shards (already checked, vocab space)
+}
+
+
+def _reader_steps(path: Path) -> set[str]:
+    """Reader steps ``path`` imports from ``data.tokenize`` or calls by name."""
+    used = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("tokenize"):
+            used |= {a.name for a in node.names} & READER_STEPS
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in READER_STEPS:
+                used.add(name)
+    return used
+
+
+def test_one_reader_loop():
+    """Only ``data/`` reads AnnData into tokens: nobody else runs check → map → tokenize, and stream.py does."""
+    found = {}
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith("data/"):
+            continue
+        steps = _reader_steps(path)
+        if steps:
+            found[rel] = steps
+    unexpected = {k: v - READER_EXCEPTIONS.get(k, set()) for k, v in found.items()}
+    assert {k: v for k, v in unexpected.items() if v} == {}, "read AnnData through biomjepa.data.stream instead"
+    stale = {k for k in READER_EXCEPTIONS if k not in found}
+    assert not stale, f"READER_EXCEPTIONS lists modules that no longer need an exception: {stale}"
+    assert _reader_steps(SRC / "data" / "stream.py") == READER_STEPS  # the loop exists, in one place
+    from biomjepa.data import anndata_source
+
+    assert not hasattr(anndata_source, "tokenize_adata") and not hasattr(anndata_source, "iter_rows")

@@ -1,7 +1,8 @@
 """BioM-JEPA: joint-embedding prediction of graph-connected gene blocks in single cells.
 
 ``import biomjepa as bj`` is light: torch, scanpy and matplotlib are imported only when a
-function that needs them runs. ``bj.train``, ``bj.bench`` and ``bj.datasets`` load on first use.
+function that needs them runs. ``bj.train``, ``bj.bench``, ``bj.datasets`` and ``bj.embed`` (atlas embedding into a zarr store)
+load on first use.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ try:  # the installed distribution's metadata: one version, set in pyproject.tom
 except PackageNotFoundError:  # pragma: no cover - a source tree on sys.path, never installed
     __version__ = "0.0.0+unknown"
 
-_LAZY = {"train", "bench", "datasets", "nn", "data"}
+_LAZY = {"train", "bench", "datasets", "nn", "data", "embed"}
 
 if TYPE_CHECKING:
-    from . import bench, datasets, train
+    from . import bench, datasets, embed, train
 
 
 def __getattr__(name: str):
@@ -35,4 +36,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'biomjepa' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "bench", "datasets", "load_model", "pl", "pp", "settings", "tl", "train"]
+__all__ = ["__version__", "bench", "datasets", "embed", "load_model", "pl", "pp", "settings", "tl", "train"]

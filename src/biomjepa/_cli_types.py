@@ -65,3 +65,48 @@ def positive_int(value: str) -> int:
 def non_negative_int(value: str) -> int:
     """An integer >= 0."""
     return _int_at_least(value, 0)
+
+
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+
+def _is_hdf5(path: Path) -> bool:
+    """HDF5 signature at offset 0 or at a power-of-two user-block offset (512, 1024, …)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(8) == _HDF5_MAGIC:
+                return True
+            size, offset = path.stat().st_size, 512
+            while offset + 8 <= size:
+                f.seek(offset)
+                if f.read(8) == _HDF5_MAGIC:
+                    return True
+                offset *= 2
+    except OSError:
+        return False
+    return False
+
+
+def h5ad_file(value: str) -> str:
+    """An existing ``.h5ad`` (HDF5) file; a text file, CSV, loom-less zarr … is a usage error naming it."""
+    path = existing_file(value)
+    if not _is_hdf5(Path(path)):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an .h5ad file (no HDF5 signature); convert it first, e.g. "
+            "`anndata.read_csv(...)` / `scanpy.read_10x_mtx(...)` then `.write_h5ad('data.h5ad')`"
+        )
+    return path
+
+
+def corpus_file(value: str) -> str:
+    """An ``.h5ad`` file or an ``.npz`` shard prepared by ``bj.train`` (checked by its signature)."""
+    path = existing_file(value)
+    if value.endswith(".npz"):
+        with open(path, "rb") as f:
+            if f.read(4) == b"PK\x03\x04":
+                return path
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid .npz shard (not a zip archive)")
+    try:
+        return h5ad_file(value)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err}; corpus files are .h5ad files or .npz shards") from None

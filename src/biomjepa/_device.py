@@ -11,9 +11,11 @@ def resolve_device(device: str | None = "auto"):
     """``"auto"`` → CUDA if available else CPU; an explicit CUDA request without CUDA is an error."""
     import torch
 
-    from ._settings import settings
+    from ._settings import check_device, settings
 
     device = settings.device if device in (None, "auto") and settings.device != "auto" else device
+    if device is not None:
+        device = check_device(device, "device")
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)

@@ -141,7 +141,17 @@ def _fetch(url: str, dest: Path) -> bool:
         tmp.unlink(missing_ok=True)
         if getattr(err, "code", None) == 404:
             return False
-        raise OSError(f"Could not download {url}: {getattr(err, 'reason', err)}") from err
+        raise OSError(
+            f"Could not download {url}: {getattr(err, 'reason', err)}. Check the URL and the network, or download "
+            "the checkpoint's files (SHA256SUMS, config.json, model.safetensors) yourself and pass their directory "
+            "as `checkpoint=`."
+        ) from err
+    except OSError as err:  # timeouts, connection resets
+        tmp.unlink(missing_ok=True)
+        raise OSError(
+            f"Could not download {url}: {err}. Retry, or download the checkpoint's files yourself and pass their "
+            "directory as `checkpoint=`."
+        ) from err
     os.replace(tmp, dest)
     return True
 
@@ -186,7 +196,11 @@ def _download(url: str, sha256: str) -> Path:
         files = [CONFIG, WEIGHTS]
     for name in files:
         if not _fetch(f"{base}/{name}", target / name):
-            raise FileNotFoundError(f"{base}/{name} does not exist (HTTP 404); is {url} a biomjepa checkpoint?")
+            raise FileNotFoundError(
+                f"{base}/{name} does not exist (HTTP 404); is {url} the base URL of a biomjepa checkpoint (the "
+                "directory holding config.json and model.safetensors)? Or download the files yourself and pass "
+                "their directory as `checkpoint=`."
+            )
     if manifest.is_file():
         os.replace(manifest, target / MANIFEST)
     try:

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
 _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+
+
+def check_device(value, name: str = "device") -> str:
+    """``value`` as a device string, or a ValueError naming ``name`` and the accepted values."""
+    text = str(value) if type(value).__name__ == "device" else value  # a torch.device
+    if not isinstance(text, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", text.strip().lower()):
+        raise ValueError(
+            f"{name}={value!r} is not a device; use one of 'auto', 'cpu', 'cuda', 'cuda:N' (N = GPU index, "
+            "e.g. 'cuda:0') or 'mps'."
+        )
+    return text.strip().lower()
 
 
 class Settings:
@@ -16,7 +29,8 @@ class Settings:
     Attributes
     ----------
     device
-        ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``;
+        anything else is refused when set.
     batch_size
         Default number of cells per forward pass in :func:`biomjepa.tl.embed`.
     max_batch_tokens
@@ -31,12 +45,20 @@ class Settings:
     """
 
     def __init__(self) -> None:
-        self.device: str = "auto"
+        self._device: str = "auto"
         self.batch_size: int = 64
         self.max_batch_tokens: int = 32_768
         self._cachedir = Path(os.environ.get("BIOMJEPA_CACHE", Path.home() / ".cache" / "biomjepa"))
         self.checkpoint: str = "biomjepa-mini"
         self._verbosity: int = 1
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @device.setter
+    def device(self, value: str) -> None:
+        self._device = check_device(value, "bj.settings.device")
 
     @property
     def cachedir(self) -> Path:

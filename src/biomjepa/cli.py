@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 
-from ._cli_types import TRAIN_PRESETS, existing_file, output_file, positive_int, train_config
+from ._cli_types import TRAIN_PRESETS, h5ad_file, output_file, positive_int, train_config
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Map the genes of INPUT onto the vocabulary (bj.pp.map_vocab), embed every cell "
                        "(bj.tl.embed) and write INPUT plus var['biomjepa_token'], uns['biomjepa'] and "
                        "obsm['X_biomjepa'] to OUTPUT. INPUT must hold raw integer counts (in X or --layer).")
-    e.add_argument("input", type=existing_file, help="input .h5ad with raw counts")
+    e.add_argument("input", type=h5ad_file, help="input .h5ad with raw counts")
     e.add_argument("output", type=output_file,
                    help="output .h5ad (input + obsm['X_biomjepa']); replaced only once fully written, so it may "
                    "be INPUT itself")
@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="species of the gene identifiers; mouse maps through 1:1 orthologs (default: human)")
     e.add_argument("--batch-size", type=positive_int, default=None, help="cells per forward pass (default: bj.settings.batch_size, 64)")
     e.add_argument("--device", default="auto", help=_DEVICE_HELP)
+    e.add_argument("--store", metavar="OUT.zarr", default=None,
+                   help="atlas mode: `biomjepa embed INPUT... --store OUT.zarr` embeds many .h5ad files (or globs) into "
+                   "a zarr store, resumably and on many processes; `biomjepa embed IN --store OUT.zarr --help` lists its options")
     e.set_defaults(func=_embed)
 
     t = sub.add_parser("train", help="pretrain from a YAML config or preset (see biomjepa/configs)", epilog=_EPILOG,
@@ -140,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``biomjepa`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code (usage errors exit 2)."""
+    from .embed.cli import atlas_argv
+    from .embed.cli import main as atlas_main
+
+    atlas = atlas_argv(sys.argv[1:] if argv is None else list(argv))  # `embed IN... --store OUT.zarr`
+    if atlas is not None:
+        return atlas_main(atlas)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.verbose:

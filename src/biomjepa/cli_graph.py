@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._cli_types import existing_file, non_negative_int, positive_int
+from ._cli_types import corpus_file, existing_file, non_negative_int, positive_int
 
 DESCRIPTION = """\
 Build the gene graph of BioM-JEPA pretraining for a corpus of .h5ad files of raw counts: STRING v12
@@ -56,7 +56,7 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
         "graph", help="build the STRING + coexpression gene graph of a corpus of .h5ad files",
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    g.add_argument("corpus", nargs="+", metavar="CORPUS", type=existing_file,
+    g.add_argument("corpus", nargs="+", metavar="CORPUS", type=corpus_file,
                    help=".h5ad files of raw counts (cells x genes), or .npz shards already prepared by bj.train")
     g.add_argument("--out", required=True, metavar="DIR",
                    help="output directory for graph.npz/json and coexp.npz/json (created)")
@@ -73,7 +73,7 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=positive_int, default=64,
                    help="neighbours kept per gene in STRING, coexpression and the union (default: 64)")
     g.add_argument("--seed", type=non_negative_int, default=0,
-                   help="seed of the coexpression random projections (default: 0)")
+                   help="seed of the coexpression random projections (default: 0; training uses its run's `seed`)")
     g.add_argument("--layer", default=None,
                    help="layer holding raw counts in every file (default: X)")
     g.add_argument("--gene-key", default=None,
@@ -100,10 +100,11 @@ def run_graph(args: argparse.Namespace) -> dict[str, Path]:
     if (args.string_links is None) != (args.string_info is None) or (args.string_aliases and not args.string_links):
         _usage_error(args, "--string-links and --string-info must be given together (--string-aliases only with both)")
 
+    from .data.shards import Corpus
     from .data.vocab import Vocab
     from .train import prepare_corpus
-    from .train.graph import build_graph, coexpression_adjacency, format_stats, string_adjacency
-    from .train.shards import Corpus
+    from .train.corpus_graph import build_corpus_graph, graph_params
+    from .train.graph import format_stats
 
     out = Path(args.out)
     cache = Path(args.cache) if args.cache else out / "corpus"
@@ -113,12 +114,11 @@ def run_graph(args: argparse.Namespace) -> dict[str, Path]:
     V = Vocab.default().size
     corpus = Corpus(prepare_corpus([{"path": p, **spec} for p in args.corpus], cache, vocab_size=V))
     print(f"corpus: {corpus.n_cells:,} cells in {len(corpus)} shard(s) at {cache}")
-    coexp = coexpression_adjacency(corpus.iter_counts(), V, top_k=args.top_k, seed=args.seed)
-    string = string_adjacency(links=args.string_links, info=args.string_info, aliases=args.string_aliases,
-                              min_score=args.min_score, top_k=args.top_k)
-    meta = {"corpus": corpus.meta["key"], "corpus_files": list(args.corpus), "seed": args.seed,
-            "string_source": args.string_links or "bundled (no text-mining channel)", "min_score": args.min_score}
-    graph = build_graph(string, coexp, top_k=args.top_k, meta=meta)
+    params = graph_params(top_k=args.top_k, seed=args.seed, min_score=args.min_score, string_links=args.string_links)
+    meta = {"corpus_files": list(args.corpus), "seed": args.seed, "min_score": args.min_score,
+            "string_source": args.string_links or "bundled (no text-mining channel)"}
+    graph = build_corpus_graph(corpus, params, string_info=args.string_info, string_aliases=args.string_aliases,
+                               meta=meta)
     graph.save(out)
     print(format_stats(graph))
     print(f"wrote {out / 'graph.npz'}, {out / 'coexp.npz'} (+ .json); train with "

@@ -21,6 +21,8 @@ import hashlib
 import json
 import os
 import re
+import warnings
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -204,12 +206,87 @@ def read_config(path: str | os.PathLike) -> dict:
         meta = json.loads((path / CONFIG).read_text())
     except json.JSONDecodeError as err:
         raise CheckpointError(f"{path / CONFIG} is not valid JSON ({err}); the checkpoint is corrupted.") from err
-    if meta.get("format") != FORMAT or meta.get("format_version", 0) > FORMAT_VERSION:
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path / CONFIG} holds a JSON {type(meta).__name__}, not an object; the checkpoint is corrupted.")
+    version = meta.get("format_version", 0)
+    if meta.get("format") != FORMAT or not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(
             f"{path} has format {meta.get('format')!r} v{meta.get('format_version')}; this biomjepa "
             f"reads {FORMAT!r} up to v{FORMAT_VERSION}. Upgrade biomjepa."
         )
     return meta
+
+
+#: ``config.json`` ``model`` keys every checkpoint has (the others default, for older checkpoints).
+REQUIRED_MODEL_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "n_value_bins")
+_ARCH_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "n_value_bins")
+
+
+def model_config(meta: dict, path: str | os.PathLike) -> ModelConfig:
+    """The :class:`ModelConfig` of a checkpoint's ``config.json`` (``meta``), every key checked.
+
+    Raises
+    ------
+    CheckpointError
+        ``model`` missing or not an object, a required key missing, a value of the wrong type or
+        out of range, or (checkpoints without ``SHA256SUMS``) an architecture other than the one
+        its training run recorded in ``provenance``; the message names the file and the key.
+    """
+    where = Path(path) / CONFIG
+    model = meta.get("model")
+    if not isinstance(model, dict):
+        raise CheckpointError(f"{where}: key 'model' is missing or not an object; the checkpoint is corrupted.")
+    missing = [k for k in REQUIRED_MODEL_KEYS if k not in model]
+    if missing:
+        raise CheckpointError(f"{where}: 'model' lacks the keys {missing}; the checkpoint is corrupted or was edited.")
+    types = {f.name: f.type for f in fields(ModelConfig)}
+    for key, value in model.items():
+        if key not in types:
+            raise CheckpointError(f"{where}: unknown key 'model.{key}' (known: {sorted(types)}). Upgrade biomjepa?")
+        kind = getattr(types[key], "__name__", str(types[key]))
+        want = {"int": (int,), "float": (int, float), "str": (str,)}.get(kind, (object,))
+        if isinstance(value, bool) or not isinstance(value, want) or (kind == "int" and value < 1):
+            raise CheckpointError(
+                f"{where}: 'model.{key}' is {value!r} ({type(value).__name__}); expected {kind}"
+                f"{' >= 1' if kind == 'int' else ''}. The checkpoint is corrupted or was edited."
+            )
+    try:
+        config = ModelConfig.from_dict(model)
+    except ValueError as err:
+        raise CheckpointError(f"{where}: invalid 'model' config: {err}") from err
+    _check_provenance(config, meta, where)
+    return config
+
+
+def _check_provenance(config: ModelConfig, meta: dict, where: Path) -> None:
+    """Compare the architecture with the one the training run recorded (``provenance.config``)."""
+    run = (meta.get("provenance") or {}).get("config") if isinstance(meta.get("provenance"), dict) else None
+    if not isinstance(run, dict) or "model" not in run:
+        return
+    try:
+        trained = ModelConfig.preset(run["model"], **(run.get("model_overrides") or {}))
+    except (TypeError, ValueError):
+        return  # a preset this version does not know: nothing to compare with
+    for key in _ARCH_KEYS:
+        if getattr(trained, key) != getattr(config, key):
+            raise CheckpointError(
+                f"{where}: 'model.{key}' is {getattr(config, key)!r}, but the training run that produced these "
+                f"weights used {key}={getattr(trained, key)!r} (provenance.config); config.json was edited. "
+                "Restore it, or export the checkpoint again with `bj.train.export`."
+            )
+
+
+def _warn_unpinned(path: Path) -> None:
+    bundled = Path(__file__).resolve().parent / "_models"
+    if bundled in path.resolve().parents:
+        return  # bundled checkpoints are pinned by the registry
+    warnings.warn(
+        f"{path} has no {MANIFEST} manifest, so its {CONFIG} (n_heads, attn_eps, pooling) cannot be checked: an "
+        f"edited {CONFIG} would load silently. Re-export it with `bj.train.export(run_dir, out_dir)`, or write a "
+        f"manifest on a trusted copy with `biomjepa.model.write_manifest(dir)`.",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def load_checkpoint(path: str | os.PathLike, *, name: str | None = None, verify: bool = True) -> BiomJEPA:
@@ -219,8 +296,14 @@ def load_checkpoint(path: str | os.PathLike, *, name: str | None = None, verify:
     ------
     CheckpointError
         Missing files, a sha256 mismatch (a file corrupted, truncated or edited after export,
-        checked against ``SHA256SUMS``), a vocabulary other than the bundled one, or weights that
-        do not fit the recorded config.
+        checked against ``SHA256SUMS``), a malformed ``config.json`` (the message names the key),
+        a vocabulary other than the bundled one, or weights that do not fit the recorded config.
+
+    Warns
+    -----
+    UserWarning
+        A local checkpoint without ``SHA256SUMS`` (written before the manifest existed): its
+        ``config.json`` cannot be verified.
     """
     from .data.vocab import Vocab
 
@@ -233,7 +316,9 @@ def load_checkpoint(path: str | os.PathLike, *, name: str | None = None, verify:
             f"{path / WEIGHTS} is corrupted or truncated: sha256 {digest[:12]}… does not match the "
             f"recorded {str(meta.get('weights_sha256'))[:12]}…. Download or export it again."
         )
-    config = ModelConfig.from_dict(meta["model"])
+    config = model_config(meta, path)
+    if verify and not listed:
+        _warn_unpinned(path)
     vocab = Vocab.default()
     if config.vocab_size != vocab.size or meta.get("vocab_hash") != vocab.hash:
         raise CheckpointError(

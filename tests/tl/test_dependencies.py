@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from biomjepa.data.vocab import Vocab
-from biomjepa.tl import _dependencies as dep
 from biomjepa.tl._dependencies import dependency_effect, programme_dependencies
-from biomjepa.tl._jepa_errors import load_training_modules, target_errors
+from biomjepa.train import target_errors as te
+from biomjepa.train.target_errors import load_training_modules, target_errors
 
 MATCHED = {"p1": "a", "p2": "b", "p3": "c"}
 
@@ -63,7 +63,7 @@ def test_excess_formula_with_known_errors(mapped, run_dir, monkeypatch):
     progs = _programmes(mapped)
     vocab_ids = {k: set(Vocab.default().index_of(v).tolist()) for k, v in progs.items()}
 
-    def fake(mods, cells, target, block_id, removals, *, batch_size, device):
+    def fake_one(cells, target, block_id, removals):
         base = 10.0 + np.arange(len(cells))
         tgt = next(k for k, v in vocab_ids.items() if set(target.tolist()) <= v)
         out, k = [base], 0
@@ -77,7 +77,10 @@ def test_excess_formula_with_known_errors(mapped, run_dir, monkeypatch):
                 k += 1
         return np.stack(out)
 
-    monkeypatch.setattr(dep, "target_errors", fake)
+    def fake(checkpoint, jobs, **kw):
+        return [fake_one(*job) for job in jobs], {"source": str(checkpoint), "step": 2, "objective": "block"}
+
+    monkeypatch.setattr(te, "programme_errors", fake)
     out = programme_dependencies(mapped, progs, checkpoint=run_dir, groupby="group", matched=MATCHED,
                                  n_random=2, n_cells=4, copy=True)
     m = out.uns["programme_dependencies"]["matrix"]
@@ -118,12 +121,12 @@ def test_contract_shapes_and_reproducible(mapped, run_dir):
 
 def test_target_errors_follow_the_training_path(mapped, run_dir):
     """Hand-computed ε for one cell (collate → teacher mean − centre; student on context → DMT → predictor)."""
-    from biomjepa.data.anndata_source import tokenize_adata
     from biomjepa.data.collate import N_TECH, collate
+    from biomjepa.data.stream import gather
     from biomjepa.train.jepa import dmt_pool
 
     mods = load_training_modules(run_dir)
-    cells = tokenize_adata(mapped).subset(np.arange(6))
+    cells = gather(mapped, np.arange(mapped.n_obs)).subset(np.arange(6))
     target = np.unique(cells.genes[cells.indptr[0] : cells.indptr[1]])[3:9]  # genes of cell 0
     block = int(np.sort(target)[(len(target) - 1) // 2])
     absent = np.array([5])  # a gene no cell expresses: ablating it changes nothing

@@ -49,7 +49,7 @@ def test_base_trainable_count_matches_paper():
 
 
 def test_only_stated_parameters_change(mapped):
-    from biomjepa.data.anndata_source import tokenize_adata
+    from biomjepa.data.stream import gather
 
     torch.manual_seed(0)
     model = FinetuneModel(Encoder(ModelConfig.preset("tiny")), 3)
@@ -68,7 +68,7 @@ def test_only_stated_parameters_change(mapped):
     )
 
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    cells = tokenize_adata(mapped)
+    cells = gather(mapped, np.arange(mapped.n_obs))
     opt = make_optimizer(model, lr_head=1e-3, lr_encoder=5e-5, weight_decay=0.01)
     labels = np.repeat([0, 1, 2], 20)
     stats = train_epoch(
@@ -142,10 +142,10 @@ def test_finetune_end_to_end(mapped, tiny_checkpoint, tmp_path):
     assert ad.read_h5ad(tmp_path / "out.h5ad").uns[KEY]["classes"].tolist() == ["a", "b", "c"]
     # the saved encoder + head reproduce the stored probabilities
     model, classes = load_finetuned(tmp_path / "ft")
-    from biomjepa.data.anndata_source import tokenize_adata
+    from biomjepa.data.stream import gather
     from biomjepa.nn.finetune import predict_proba
 
-    again, _ = predict_proba(model, tokenize_adata(mapped), batch_size=8, device=torch.device("cpu"))
+    again, _ = predict_proba(model, gather(mapped, np.arange(mapped.n_obs)), batch_size=8, device=torch.device("cpu"))
     assert classes == ["a", "b", "c"]
     np.testing.assert_allclose(again, proba, atol=1e-5)
     assert not list(tmp_path.joinpath("ft").rglob("*.pt")) and not list(

@@ -4,11 +4,11 @@ import torch
 from _kit import make_graph, make_shards
 
 from biomjepa.data.collate import N_TECH
+from biomjepa.data.shards import Corpus, prepare_corpus
 from biomjepa.train.blocks import block_rng, sample_blocks
 from biomjepa.train.ema import make_teacher
 from biomjepa.train.inputs import build_inputs
 from biomjepa.train.jepa import JEPA, dmt_pool, teacher_targets
-from biomjepa.train.shards import Corpus, prepare_corpus
 
 
 @pytest.fixture(scope="module")

@@ -116,9 +116,9 @@ def test_embedding_regularizer_is_logged_and_reaches_the_student(tmp_path):
 def test_pca_gene_init_cell_centre_and_probe_log(tmp_path, counts_adata):
     """gene_init=pca starts gene embeddings from the corpus' PC loadings; the probe is scored at step 0
     and at every checkpoint for every readout."""
+    from biomjepa.data.shards import Corpus
     from biomjepa.nn.pooling import POOLINGS
     from biomjepa.train.gene_init import pca_gene_embedding
-    from biomjepa.train.shards import Corpus
 
     probe = tmp_path / "probe.h5ad"
     counts_adata.write_h5ad(probe)

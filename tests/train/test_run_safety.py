@@ -113,3 +113,27 @@ def test_resume_mismatch_can_be_allowed_explicitly(saved_run, caplog):
     assert "model.pooling: 'max_top5' → 'centred_max_top5'" in caplog.text
     same = Trainer(TrainConfig.from_dict({**cfg.to_dict(), "stop_at": None}), DistInfo())  # unchanged: no check fires
     assert same.step == load_state(latest_state(run_dir))["step"] == 2
+
+
+def test_resume_with_another_architecture_is_refused_before_load_state_dict(saved_run):
+    """T10b: even with allow_resume_mismatch, tensors of other shapes give one clear error, no torch dump."""
+    cfg, _ = saved_run
+    d_model = cfg.model_config().d_model
+    other = TrainConfig.from_dict({**cfg.to_dict(), "stop_at": None, "allow_resume_mismatch": True,
+                                   "model_overrides": {"d_model": 2 * d_model, "d_ff": 4 * d_model}})
+    with pytest.raises(ValueError, match=rf"another architecture.*even with allow_resume_mismatch: .*"
+                                         rf"saved \(\d+, {d_model}\) → now \(\d+, {2 * d_model}\)") as err:
+        Trainer(other, DistInfo())
+    assert "size mismatch" not in str(err.value)  # raised by us, before torch's load_state_dict
+
+
+def test_resume_falls_back_past_a_truncated_latest_state(tmp_path):
+    """T2: a truncated newest step_*.pt (disk full, killed copy) resumes from the previous one, with a warning."""
+    cfg = tiny_config(tmp_path, run_name="t2", steps=4, stop_at=3, checkpoint_every=1, keep_checkpoints=3)
+    run_dir = pretrain(cfg)
+    latest = latest_state(run_dir)
+    assert latest.name == "step_00000003.pt"
+    latest.write_bytes(latest.read_bytes()[:1000])
+    with pytest.warns(UserWarning, match=r"step_00000003\.pt .*truncated.*step_00000002\.pt \(step 2\)"):
+        trainer = Trainer(TrainConfig.from_dict({**cfg.to_dict(), "stop_at": None}), DistInfo())
+    assert trainer.step == 2

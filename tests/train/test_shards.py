@@ -6,8 +6,8 @@ from _kit import make_shards
 from scipy import sparse
 
 import biomjepa as bj
+from biomjepa.data.shards import Corpus, ShardStream, prepare_corpus
 from biomjepa.data.vocab import Vocab
-from biomjepa.train.shards import Corpus, ShardStream, prepare_corpus
 
 
 def _h5ad(path, n=30, seed=0, ensembl=False):

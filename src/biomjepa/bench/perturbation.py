@@ -124,7 +124,7 @@ def _one_run(Zc, Y, pert, ctrl, split, genes, k, seed, sep, control, fit_kw) -> 
     n_val = max(1, round(0.1 * len(perm)))
     pert_cols = np.arange(Zc.shape[1], inputs.shape[1])
     predict = fit_mlp(inputs, Y, np.sort(perm[n_val:]), np.sort(perm[:n_val]), seed=seed, zero_init_cols=pert_cols, **fit_kw)
-    mu_ctrl = Y[ctrl].mean(0)
+    mu_ctrl = Y[ctrl].mean(0, dtype=np.float64)
     out = []
     strata = {"all": split["unseen_single"] + split["unseen_combo"], "unseen_single": split["unseen_single"], "unseen_combo": split["unseen_combo"]}
     for name, perts in strata.items():
@@ -134,7 +134,7 @@ def _one_run(Zc, Y, pert, ctrl, split, genes, k, seed, sep, control, fit_kw) -> 
         for p in perts:
             cells = np.flatnonzero(pert == p)
             pred = predict(inputs[cells])
-            mu.append(Y[cells].mean(0))
+            mu.append(Y[cells].mean(0, dtype=np.float64))
             mu_hat.append(pred.mean(0))
             sq.append(((pred - Y[cells]) ** 2).mean(1))
         out.append((name, response_scores(mu_ctrl, np.array(mu), np.array(mu_hat), np.concatenate(sq))))
@@ -229,7 +229,8 @@ def perturbation(
     if not split["train"] or not (split["unseen_single"] or split["unseen_combo"]):
         raise ValueError(f"need at least two single perturbations or combinations to hold some out; split: {split}.")
     Y = adata.layers[expr_layer] if expr_layer is not None else adata.X
-    Y = Y.toarray() if sparse.issparse(Y) else np.asarray(Y, dtype=np.float64)
+    # float32, as the MLP regresses it (a float64 copy of the whole matrix would double the memory)
+    Y = Y.astype(np.float32).toarray() if sparse.issparse(Y) else np.asarray(Y, dtype=np.float32)
     genes = sorted({g for p in set(pert[~ctrl]) for g in p.split(sep)})
     fit_kw = dict(hidden=tuple(hidden), max_epochs=max_epochs, patience=patience)
     records = []

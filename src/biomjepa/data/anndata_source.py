@@ -1,20 +1,14 @@
-"""Read raw counts out of AnnData / backed AnnData / MuData in row chunks, in vocabulary space.
+"""AnnData / MuData plumbing shared by the readers: the modality to use, the vocabulary column,
+and writing a modality's per-cell results back onto its MuData.
 
-The only module of the inference path that touches AnnData objects; everything downstream sees
-``scipy.sparse`` matrices and :class:`~biomjepa.data.tokenize.TokenizedCells`.
+Rows are read by :mod:`biomjepa.data.stream`, the package's one AnnData → tokens reader.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
-from scipy import sparse
 
 from .._keys import TOKEN_KEY
-from .tokenize import TokenizedCells, check_counts, to_vocab_counts, tokenize
-
-CHUNK = 4096
 
 
 def get_modality(data, mod: str | None = None):
@@ -54,42 +48,3 @@ def token_column(adata, key: str = TOKEN_KEY) -> np.ndarray:
     if (token >= 0).sum() == 0:
         raise ValueError(f".var[{key!r}] maps no gene to the vocabulary; check `bj.pp.map_vocab`'s report.")
     return token.astype(np.int64)
-
-
-def _matrix(adata, layer: str | None):
-    if layer is None:
-        return adata.X
-    if layer not in adata.layers:
-        raise KeyError(f"Layer {layer!r} not found; available layers: {list(adata.layers)}.")
-    return adata.layers[layer]
-
-
-def iter_rows(adata, layer: str | None = None, chunk: int = CHUNK) -> Iterator[tuple[slice, object]]:
-    """Yield ``(row slice, block)`` of raw counts; backed files are read one chunk at a time."""
-    X = _matrix(adata, layer)
-    n = adata.n_obs
-    for start in range(0, n, chunk):
-        sl = slice(start, min(start + chunk, n))
-        block = X[sl]
-        if not sparse.issparse(block) and not isinstance(block, np.ndarray):
-            block = sparse.csr_matrix(block.to_memory()) if hasattr(block, "to_memory") else np.asarray(block)
-        yield sl, block
-
-
-def tokenize_adata(
-    adata, *, layer: str | None = None, token_key: str = TOKEN_KEY, chunk: int = CHUNK
-) -> TokenizedCells:
-    """Tokenize every cell of ``adata`` (validating counts chunk by chunk, never densifying X)."""
-    from .vocab import Vocab
-
-    token = token_column(adata, token_key)
-    V = Vocab.default().size
-    parts = []
-    where = "X" if layer is None else f"layers[{layer!r}]"
-    for _, block in iter_rows(adata, layer, chunk):
-        check_counts(block, where=where)
-        counts, totals = to_vocab_counts(block, token, V)
-        parts.append((counts, totals))
-    counts = sparse.vstack([p[0] for p in parts], format="csr") if parts else sparse.csr_matrix((0, V))
-    totals = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
-    return tokenize(counts, totals)

@@ -10,7 +10,11 @@ Rules, applied per identifier by its own kind:
   caller says ``id_type="entrez"``; then → bundled Entrez table.
 * Symbols → exact vocabulary symbol; else, for an upper-case name, the symbol with that upper-case
   form (``C1ORF112`` → ``C1orf112``); else an unambiguous alias / current symbol, unless that
-  token is already held by an exact official symbol of the same data.
+  token is already held by an exact official symbol of the same data; else, for a lower- or
+  mixed-case name (``tp53``, ``Actb``), the one symbol with the same upper-case form (method
+  ``"case"``). Names whose upper-case form is shared by several symbols stay unmapped.
+* Suffixed names (``TP53-1`` from ``var_names_make_unique``, ``ACTB.1`` from R's ``make.unique``)
+  are never stripped: they stay unmapped and :func:`suffixed_names` finds them for the report.
 * Non-human species: symbols go through a 1:1 ortholog table to human symbols, then the symbol rules.
 """
 
@@ -24,7 +28,7 @@ import pandas as pd
 
 from .vocab import Vocab, id_maps, mouse_orthologs
 
-METHODS = ("official", "alias", "ensembl", "entrez", "ortholog")
+METHODS = ("official", "alias", "case", "ensembl", "entrez", "ortholog")
 ID_TYPES = ("auto", "entrez")
 _ENSEMBL = r"^ENSG\d+"
 # mouse/rat-style symbols: Capitalised (Gcg, Ins1, Rpl13a), mt- genes, Riken clones, Gm models
@@ -40,7 +44,8 @@ class Resolution:
     token
         ``[n]`` int64 vocabulary index, −1 = unmapped.
     method
-        ``[n]`` object: one of :data:`METHODS`, or ``""`` when unmapped.
+        ``[n]`` object: one of :data:`METHODS`, or ``""`` when unmapped (``"case"``: matched only
+        case-insensitively).
     kind
         ``[n]`` object: ``"ensembl"``, ``"entrez"``, ``"symbol"``, ``"missing"``, or ``"numeric"``
         (all-digit names left unmapped because ``id_type="entrez"`` was not given).
@@ -129,7 +134,7 @@ def _lookup_series(table: pd.Series, names: pd.Series) -> pd.Series:
 
 
 def resolve_symbols(names: pd.Series, vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
-    """Human symbols → (token, method) by official symbol, upper-case form, then alias."""
+    """Human symbols → (token, method) by official symbol, upper-case form, alias, then any case."""
     token = vocab.index_of(names)
     method = np.where(token >= 0, "official", "").astype(object)
     upper = vocab.index_of_upper(names)
@@ -141,7 +146,33 @@ def resolve_symbols(names: pd.Series, vocab: Vocab) -> tuple[np.ndarray, np.ndar
     taken = np.isin(alias, token[token >= 0])
     take = (token < 0) & (alias >= 0) & ~taken
     token[take], method[take] = alias[take], "alias"
+    folded = vocab.index_of_upper(names.str.upper())  # lower/mixed case (tp53, Actb): one symbol only
+    take = (token < 0) & (folded >= 0)
+    token[take], method[take] = folded[take], "case"
     return token.astype(np.int64), method
+
+
+_SUFFIX = r"^(.+?)(?:-|\.)(\d+)$"
+
+
+def suffixed_names(names: pd.Series, token: np.ndarray, vocab: Vocab | None = None) -> np.ndarray:
+    """bool ``[n]``: unmapped names that are a vocabulary symbol plus ``-N``/``.N`` (``TP53-1``, ``ACTB.1``).
+
+    Such names come from ``var_names_make_unique`` (``-1``) or R's ``make.unique`` (``.1``); they are
+    reported, never stripped, since the suffixed var may be a different feature than the base gene.
+    """
+    names = clean_names(names)
+    vocab = vocab or Vocab.default()
+    base = names.str.extract(_SUFFIX, expand=False)[0].fillna("")
+    cand = (np.asarray(token) < 0) & (base != "").to_numpy() & (classify(names) == "symbol")
+    # R's make.names turns real symbols such as ERV3-1 into ERV3.1: not a uniqueness suffix
+    cand &= vocab.index_of(names.str.replace(".", "-", regex=False)) < 0
+    if not cand.any():
+        return cand
+    base_tok, base_method = resolve_symbols(base[cand].reset_index(drop=True), vocab)
+    out = np.zeros(len(names), dtype=bool)  # aliases excluded: IGHD2-15 is a gene, not IGHD2 + suffix
+    out[np.flatnonzero(cand)[(base_tok >= 0) & (base_method != "alias")]] = True
+    return out
 
 
 def resolve_identifiers(

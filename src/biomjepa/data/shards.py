@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from scipy import sparse
 
-from ..data.tokenize import TokenizedCells, tokenize
+from .tokenize import TokenizedCells, tokenize
 
 logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -44,7 +44,11 @@ class CellBatch:
 
 
 def _specs(corpus) -> list[dict]:
-    """Normalise a corpus description into a list of ``{path, layer, species, gene_key, exclude_obs}``."""
+    """Normalise a corpus description into a list of ``{path, layer, species, gene_key, exclude_obs}``.
+
+    A glob keeps only its ``.h5ad`` / ``.npz`` matches; a path named explicitly must exist and be one
+    of those, else the error names it.
+    """
     items = [corpus] if isinstance(corpus, (str, os.PathLike, dict)) else list(corpus)
     out = []
     for it in items:
@@ -52,11 +56,38 @@ def _specs(corpus) -> list[dict]:
         unknown = set(spec) - {"path", "layer", "species", "gene_key", "id_type", "exclude_obs", "max_cells"}
         if unknown:
             raise ValueError(f"Unknown corpus spec keys {sorted(unknown)} in {spec}.")
-        paths = sorted(glob.glob(str(spec["path"]))) or [str(spec["path"])]
-        out += [{**spec, "path": p} for p in paths if p.endswith((".h5ad", ".npz"))]
+        path = str(spec["path"])
+        if glob.has_magic(path):
+            paths = [p for p in sorted(glob.glob(path)) if p.endswith(SUFFIXES)]
+        else:
+            _check_corpus_file(path)
+            paths = [path]
+        out += [{**spec, "path": p} for p in paths]
     if not out:
         raise ValueError(f"Corpus {corpus!r} names no .h5ad or .npz file.")
     return out
+
+
+SUFFIXES = (".h5ad", ".npz")
+
+
+def _check_corpus_file(path: str) -> None:
+    """A corpus file named explicitly: it exists and is an ``.h5ad`` (HDF5) or a prepared ``.npz`` shard."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"Corpus file {path} does not exist.")
+    if not path.endswith(SUFFIXES):
+        raise ValueError(
+            f"Corpus file {path} is not an .h5ad file (nor a prepared .npz shard). Convert it to AnnData's "
+            "h5ad first, e.g. `anndata.read_loom(...)` / `scanpy.read_10x_h5(...)` then `.write_h5ad(...)`."
+        )
+    if path.endswith(".h5ad"):
+        import h5py
+
+        if not h5py.is_hdf5(path):
+            raise ValueError(
+                f"Corpus file {path} is named .h5ad but is not an HDF5 file, so not an .h5ad written by "
+                "anndata; rewrite it with `adata.write_h5ad(...)`."
+            )
 
 
 def _excluded(adata, exclude) -> np.ndarray:
@@ -70,27 +101,28 @@ def _excluded(adata, exclude) -> np.ndarray:
 
 
 def _convert(spec: dict, out: Path, vocab_size: int) -> dict:
-    """One h5ad → one vocabulary-space CSR shard; returns its manifest entry."""
-    import anndata as ad
+    """One h5ad → one vocabulary-space CSR shard; returns its manifest entry.
 
-    from ..data.anndata_source import iter_rows
-    from ..data.tokenize import check_counts, to_vocab_counts
+    The file is read backed, chunk by chunk, through :func:`biomjepa.data.stream.iter_vocab_counts`
+    (the same count check and vocabulary map as ``bj.tl.embed``).
+    """
     from ..pp import map_vocab
+    from .stream import iter_vocab_counts
 
-    adata = ad.read_h5ad(spec["path"], backed="r")
-    map_vocab(adata, gene_key=spec.get("gene_key"), species=spec.get("species", "human"),
-              id_type=spec.get("id_type") or "auto")
-    token = adata.var["biomjepa_token"].to_numpy().astype(np.int64)
-    drop = _excluded(adata, spec.get("exclude_obs"))
-    parts, totals, rows = [], [], []
-    for sl, block in iter_rows(adata, spec.get("layer")):
-        check_counts(block, where=f"{spec['path']}:{spec.get('layer') or 'X'}")
-        counts, tot = to_vocab_counts(block, token, vocab_size)
-        keep = (np.diff(counts.indptr) > 0) & ~drop[sl]
-        parts.append(counts[keep].astype(np.float32))
-        totals.append(tot[keep])
-        rows.append(np.arange(sl.start, sl.stop)[keep])
-    adata.file.close()
+    adata = _open_h5ad(spec["path"])
+    try:
+        map_vocab(adata, gene_key=spec.get("gene_key"), species=spec.get("species", "human"),
+                  id_type=spec.get("id_type") or "auto")
+        drop = _excluded(adata, spec.get("exclude_obs"))
+        parts, totals, rows = [], [], []
+        where = f"{spec['path']}:{spec.get('layer') or 'X'}"
+        for sl, counts, tot in iter_vocab_counts(adata, layer=spec.get("layer"), vocab_size=vocab_size, where=where):
+            keep = (np.diff(counts.indptr) > 0) & ~drop[sl]
+            parts.append(counts[keep].astype(np.float32))
+            totals.append(tot[keep])
+            rows.append(np.arange(sl.start, sl.stop)[keep])
+    finally:
+        adata.file.close()
     X = sparse.vstack(parts, format="csr")
     rows = np.concatenate(rows)
     if spec.get("max_cells"):
@@ -104,6 +136,19 @@ def _convert(spec: dict, out: Path, vocab_size: int) -> dict:
             **{k: spec.get(k) for k in ("layer", "species", "gene_key", "exclude_obs")}}
 
 
+def _open_h5ad(path: str):
+    """``anndata.read_h5ad(path, backed="r")`` with an error naming the file when it is not an h5ad."""
+    import anndata as ad
+
+    try:
+        return ad.read_h5ad(path, backed="r")
+    except (OSError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(
+            f"Corpus file {path} could not be read as an .h5ad ({type(err).__name__}: {err}); it is not an "
+            "AnnData h5ad file. Rewrite it with `adata.write_h5ad(...)`."
+        ) from err
+
+
 def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | None = None) -> Path:
     """Preprocess ``corpus`` once into ``cache_dir`` (reused when the spec is unchanged).
 
@@ -112,7 +157,7 @@ def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | No
     obs column or file of obs names), max_cells=None}``.
     Already prepared ``.npz`` shards are copied by reference (listed in the manifest).
     """
-    from ..data.vocab import Vocab
+    from .vocab import Vocab
 
     vocab = Vocab.default()
     vocab_size = vocab_size or vocab.size

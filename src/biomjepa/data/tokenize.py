@@ -77,6 +77,22 @@ class TokenizedCells:
         return sparse.csr_matrix((self.values, self.genes, self.indptr), shape=(len(self), n_genes))
 
 
+def concat_cells(parts: list[TokenizedCells]) -> TokenizedCells:
+    """Stack :class:`TokenizedCells` one after another (an empty list gives zero cells)."""
+    if not parts:
+        return TokenizedCells(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0))
+    if len(parts) == 1:
+        return parts[0]
+    offsets = np.cumsum([0] + [p.indptr[-1] for p in parts[:-1]])
+    indptr = np.concatenate([[0]] + [p.indptr[1:] + o for p, o in zip(parts, offsets)]).astype(np.int64)
+    return TokenizedCells(
+        indptr,
+        np.concatenate([p.genes for p in parts]),
+        np.concatenate([p.values for p in parts]),
+        np.concatenate([p.library for p in parts]),
+    )
+
+
 def token_matrix(token: np.ndarray, vocab_size: int) -> sparse.csr_matrix:
     """0/1 ``[n_vars, V]`` matrix mapping input columns onto vocabulary tokens (−1 rows empty).
 

@@ -84,6 +84,16 @@ class Vocab:
         """Index of the symbol whose upper-case form equals ``names`` (e.g. ``C1ORF112``); −1 else."""
         return self._upper.lookup(names)
 
+    @cached_property
+    def _upper_clashes(self) -> pd.Index:
+        upper = pd.Series(self._symbols).str.upper()
+        return pd.Index(upper[upper.duplicated(keep=False)].unique())
+
+    def upper_ambiguous(self, names) -> np.ndarray:
+        """bool ``[n]``: the upper-case form of the name is shared by several symbols (not resolvable)."""
+        upper = pd.Series(np.asarray(names, dtype=object).ravel(), dtype=object).str.upper()
+        return upper.isin(self._upper_clashes).to_numpy()
+
     def __len__(self) -> int:
         return self.size
 

@@ -19,6 +19,7 @@ from ..data.idtable import (
     looks_like_positions,
     mouse_like_fraction,
     resolve_identifiers,
+    suffixed_names,
 )
 from ..data.vocab import Vocab
 
@@ -47,11 +48,15 @@ def map_vocab(
 
     Identifiers are read from ``var_names`` or ``var[gene_key]`` and resolved each by its own kind:
     Ensembl gene IDs (``ENSG…``, version suffix ignored), symbols (official symbol, then its
-    upper-case form, then unambiguous aliases; ambiguous aliases are never used), or, with
+    upper-case form, then unambiguous aliases, then, for lower- or mixed-case names such as ``tp53``,
+    the one symbol with the same upper-case form; ambiguous aliases and case forms are never used), or, with
     ``id_type="entrez"``, Entrez IDs (digits). All-digit names are otherwise ambiguous (Entrez ids,
     or integer labels such as a subset of ``'1'…'n'``) and stay unmapped, with a warning.
     For ``species="mouse"`` symbols first go through bundled 1:1 human–mouse orthologs; other
-    species need ``orthologs=``. Several vars may map to one token: the tokenizer sums their counts.
+    species need ``orthologs=``. Symbols with a ``-N`` / ``.N`` suffix (``TP53-1`` from
+    ``var_names_make_unique``, ``ACTB.1`` from R) are not stripped: they stay unmapped and are
+    reported with a warning (map the original, non-unique names via ``gene_key=`` instead).
+    Several vars may map to one token: the tokenizer sums their counts.
     ``X`` is never modified; a sparse matrix is never densified; backed AnnData is read in row chunks.
     Values are not validated here (only genes are mapped): :func:`biomjepa.tl.embed` and the other
     tools refuse log-normalized, negative or non-finite input (``count_fraction`` is then NaN or
@@ -93,8 +98,10 @@ def map_vocab(
         ``"ensembl"``, ``"entrez"``, ``"numeric"`` (all-digit, unmapped) or ``"mixed"``);
         ``n_numeric_unmapped`` (all-digit names left unmapped); ``species``; ``n_duplicate_tokens`` (tokens hit
         by several vars) and ``duplicate_examples``; ``unmapped_examples`` (≤ 10 names);
-        ``vocab_hash``; ``methods`` (vars mapped per rule: official, alias, ensembl, entrez,
-        ortholog); ``params`` (gene_key, layer, species, id_type, key_added).
+        ``vocab_hash``; ``methods`` (vars mapped per rule: official, alias, case (case-insensitive),
+        ensembl, entrez, ortholog); ``n_case_ambiguous`` (names whose case-insensitive form fits several
+        symbols, left unmapped); ``n_suffixed_unmapped`` and ``suffixed_examples`` (``TP53-1``-style names
+        left unmapped); ``params`` (gene_key, layer, species, id_type, key_added).
 
     Raises
     ------
@@ -123,7 +130,7 @@ def map_vocab(
         "id_type": id_type,
         "key_added": key,
     }
-    _log_report(report)
+    _log_report(report, mouse_like=species == "human" and mouse_like_fraction(names) >= 0.3)
 
     target.var[key] = res.token
     target.uns.setdefault(UNS_KEY, {})["vocab"] = report
@@ -147,8 +154,9 @@ def _gene_names(adata, gene_key: str | None) -> pd.Series:
 
 def _check_overlap(adata, names: pd.Series, res: Resolution, *, gene_key, species: str) -> None:
     n_matched = int((res.token >= 0).sum())
+    n_exact = int(((res.token >= 0) & (res.method != "case")).sum())
     mouse_like = species == "human" and mouse_like_fraction(names) >= 0.3
-    if n_matched > 0 and not (mouse_like and n_matched < 0.1 * len(names)):
+    if n_matched > 0 and not (mouse_like and n_exact < 0.1 * len(names)):
         return
     hints = []
     numeric = res.kind == "numeric"
@@ -159,7 +167,10 @@ def _check_overlap(adata, names: pd.Series, res: Resolution, *, gene_key, specie
             "var column of gene symbols"
         )
     if mouse_like:
-        hints.append('the names look like mouse genes (e.g. "Gcg", "Ins1"): pass species="mouse"')
+        hints.append(
+            'the names look like mouse genes (e.g. "Gcg", "Ins1"): pass species="mouse" (if they are human '
+            "symbols in the wrong case, upper-case them first: adata.var_names = adata.var_names.str.upper())"
+        )
     if gene_key is None:
         cols = [c for c in adata.var.columns if not pd.api.types.is_numeric_dtype(adata.var[c])]
         hints.append(f"if var_names are not gene identifiers, pass gene_key= (string var columns: {cols})")
@@ -180,6 +191,9 @@ def _report(adata, names: pd.Series, res: Resolution, *, layer: str | None, spec
     dup_examples = [f"{vocab.symbols[t]}: {', '.join(names[token == t].tolist())}" for t in dup_tokens[:10]]
     unmapped = pd.unique(names[~mapped & (names != "").to_numpy()].to_numpy())[:10].tolist()
     n_tokens = int((hits > 0).sum())
+    suffixed = suffixed_names(names, token, vocab) if species == "human" else np.zeros(len(names), bool)
+    case = res.method == "case"
+    symbol_unmapped = ~mapped & (res.kind == "symbol")
     return {
         "n_vars": len(token),
         "n_matched": int(mapped.sum()),
@@ -194,10 +208,14 @@ def _report(adata, names: pd.Series, res: Resolution, *, layer: str | None, spec
         "unmapped_examples": [str(u) for u in unmapped],
         "vocab_hash": vocab.hash,
         "methods": res.method_counts(),
+        "case_examples": [f"{n} → {vocab.symbols[t]}" for n, t in zip(names[case][:5], token[case][:5])],
+        "n_case_ambiguous": int((symbol_unmapped & vocab.upper_ambiguous(names)).sum()),
+        "n_suffixed_unmapped": int(suffixed.sum()),
+        "suffixed_examples": names[suffixed][:10].tolist(),
     }
 
 
-def _log_report(report: dict) -> None:
+def _log_report(report: dict, *, mouse_like: bool = False) -> None:
     logger.info(
         "map_vocab: %d/%d genes mapped onto %d tokens (vocab coverage %.1f%%, count fraction %.3f, "
         "id type %s, species %s; methods %s)",
@@ -217,6 +235,7 @@ def _log_report(report: dict) -> None:
             report["n_duplicate_tokens"],
             "; ".join(report["duplicate_examples"][:3]),
         )
+    _warn_case_and_suffixes(report, mouse_like)
     if report["n_numeric_unmapped"]:
         warnings.warn(
             f"{report['n_numeric_unmapped']} gene names are all digits and were left unmapped: they could be Entrez "
@@ -231,6 +250,38 @@ def _log_report(report: dict) -> None:
             "embeddings may be poor. Check gene identifiers (gene_key=, species=).",
             UserWarning,
             stacklevel=3,
+        )
+
+
+def _warn_case_and_suffixes(report: dict, mouse_like: bool) -> None:
+    n_case = report["methods"]["case"]
+    if n_case:
+        msg = (
+            f"map_vocab: {n_case} symbols in lower or mixed case were matched case-insensitively "
+            f"(e.g. {', '.join(report['case_examples'][:3])})"
+        )
+        if mouse_like:
+            warnings.warn(
+                msg + '; the names look like mouse genes: if the data are from mouse, pass species="mouse".',
+                UserWarning,
+                stacklevel=4,
+            )
+        else:
+            logger.info(msg)
+    if report["n_case_ambiguous"]:
+        logger.info(
+            "map_vocab: %d names match several symbols case-insensitively and were left unmapped",
+            report["n_case_ambiguous"],
+        )
+    if report["n_suffixed_unmapped"]:
+        warnings.warn(
+            f"{report['n_suffixed_unmapped']} gene names carry a '-N' or '.N' suffix and were left unmapped "
+            f"(e.g. {report['suffixed_examples'][:5]}). Such suffixes come from `var_names_make_unique()` "
+            "(scanpy/anndata) or R's make.unique(); the suffixed vars are usually duplicated features of the "
+            "same gene. To map them, pass gene_key= naming a var column with the original symbols "
+            "(duplicates are then summed by the tokenizer), or rename them yourself.",
+            UserWarning,
+            stacklevel=4,
         )
 
 

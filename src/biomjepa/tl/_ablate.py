@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._graph_programme import graph_label
 from .._keys import TOKEN_KEY
 from .._settings import settings
-from ._null import expression_bins, gene_stats, matched_random_set
+from ._null import count_in, expression_bins, matched_random_set, scan_gene_stats
+from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_modality
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,14 +74,16 @@ def ablate_programme(
     Parameters
     ----------
     adata
-        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`, or a MuData (modality ``mod``,
-        which receives the results).
+        AnnData with raw counts (in memory, backed or dask-backed), after :func:`biomjepa.pp.map_vocab`,
+        or a MuData (modality ``mod``, which receives the results). The data are read in two streamed
+        passes (gene statistics for the null, then the sampled cells), never tokenized at once.
     programme
         A list of gene symbols, a dict ``name → symbols``, or ``("bfs", seed_gene, size)``: the
         deterministic BFS block of ``size`` genes around ``seed_gene`` in ``graph``
         (:func:`biomjepa.train.graph.bfs_programme`), named ``"bfs:{seed_gene}:{size}"``.
     groupby
-        ``obs`` column of cell identities (default: all cells are one group ``"all"``).
+        ``obs`` column of cell identities (default: all cells are one group ``"all"``); cells without
+        a label (NaN) are never sampled (a warning says how many).
     matched
         ``{programme name: group}``, the identity each programme represents, declared up front.
     n_random
@@ -97,7 +101,8 @@ def ablate_programme(
     n_bins
         Quantile bins per axis (mean expression, detection frequency) of the null grid.
     batch_size
-        Cells per forward pass (default ``bj.settings.batch_size``).
+        Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
+        also capped at ``bj.settings.max_batch_tokens`` tokens.
     device
         ``"auto"``, ``"cpu"``, ``"cuda"``...
     random_state
@@ -133,35 +138,32 @@ def ablate_programme(
 
     from .._device import resolve_device
     from .._pretrained import load_model
-    from ..data.anndata_source import get_modality, token_column, tokenize_adata
     from ..data.vocab import Vocab
 
+    bs = check_batch_size(batch_size)
+    check_copy(adata, copy)
     adata = adata.copy() if copy else adata
-    target = get_modality(adata, mod)
-    token_column(target, TOKEN_KEY)
+    target = mapped_modality(adata, mod, TOKEN_KEY)
     if target.n_obs == 0:
         raise ValueError("adata has no cells.")
     programmes = _resolve_programmes(programme, graph)
-    groups = _groups(target, groupby)
+    groups, labelled = _groups(target, groupby)
     if matched is not None:
-        _check_matched(matched, programmes, groups, groupby)
+        _check_matched(matched, programmes, groups[labelled], groupby)
     if n_random < 1 or n_cells < 2:
         raise ValueError(f"n_random must be >= 1 and n_cells >= 2; got {n_random}, {n_cells}.")
     vocab = Vocab.default()
-    cells = tokenize_adata(target, layer=layer)
-    mean, detection = gene_stats(cells.to_csr(vocab.size))
+    mean, detection, _ = scan_gene_stats(target, layer=layer, vocab_size=vocab.size)
     observed = np.flatnonzero(detection > 0)
     ids, left_out = _programme_ids(programmes, vocab, detection)
     rng = np.random.default_rng(random_state)
-    rows = _sample_cells(groups, n_cells, rng, required=set((matched or {}).values()))
+    rows = _sample_cells(groups, labelled, n_cells, rng, required=set((matched or {}).values()))
     bins = expression_bins(mean[observed], detection[observed], n_bins)
     null_sets, null_table = _null_sets(ids, observed, bins, n_random, rng, vocab.symbols)
 
     dev = resolve_device(device)
     model = load_model(checkpoint)
-    bs = int(batch_size or settings.batch_size)
-    sub = cells.subset(rows)
-    table = _ablate_all(model, sub, ids, null_sets, batch_size=bs, device=dev)
+    table = _ablate_all(model, target, rows, ids, null_sets, layer=layer, batch_size=bs, device=dev)
     table.insert(0, "group", np.tile(groups[rows], len(ids)))
     table.insert(0, "cell", np.tile(target.obs_names[rows].to_numpy(), len(ids)))
     summary = (
@@ -176,7 +178,7 @@ def ablate_programme(
     result["params"] = {
         "groupby": groupby, "matched": dict(matched) if matched else None, "n_random": n_random,
         "n_cells": n_cells, "checkpoint": model.info.get("name", "unnamed"), "layer": layer or "X",
-        "graph": _graph_label(graph),
+        "graph": graph_label(graph),
         "n_bins": n_bins, "random_state": random_state, "batch_size": bs, "device": str(dev),
         "programmes": {k: [str(vocab.symbols[g]) for g in v] for k, v in ids.items()},
         "left_out": left_out, "null": "mean-expression × detection quantile bins over detected genes",
@@ -191,7 +193,9 @@ def ablate_programme(
 
 def _resolve_programmes(programme: ProgrammeSpec, graph=None) -> dict[str, list[str]]:
     if isinstance(programme, tuple) and len(programme) == 3 and programme[0] == "bfs":
-        return _graph_programme(*programme[1:], graph=graph)
+        from .._graph_programme import graph_programme
+
+        return graph_programme(*programme[1:], graph=graph)
     if isinstance(programme, str):
         raise TypeError("`programme` must be a list of genes, a dict name → genes or ('bfs', seed, size), not a string.")
     if isinstance(programme, Mapping):
@@ -204,38 +208,13 @@ def _resolve_programmes(programme: ProgrammeSpec, graph=None) -> dict[str, list[
     return out
 
 
-def _graph_programme(seed: str | int, size: int, *, graph) -> dict[str, list[str]]:
-    """``("bfs", seed, size)`` → ``{"bfs:seed:size": symbols}`` from ``graph`` (object or saved directory)."""
-    from ..data.vocab import Vocab
-    from ..train.graph import GeneGraph, NeighbourTable, bfs_programme
-
-    if graph is None:
-        raise ValueError(
-            f"The graph programme ('bfs', {seed!r}, {size}) needs the gene graph: pass `graph=` a GeneGraph "
-            "or the directory it was saved to (e.g. a training run's `corpus/graph`)."
-        )
-    if not isinstance(graph, GeneGraph | NeighbourTable):
-        from pathlib import Path
-
-        if not (Path(graph) / "graph.npz").is_file():
-            raise FileNotFoundError(f"graph={str(graph)!r} is not a directory written by `GeneGraph.save` (no graph.npz).")
-        graph = GeneGraph.load(graph)
-    ids = bfs_programme(graph, seed, int(size))
-    return {f"bfs:{seed}:{size}": [str(g) for g in Vocab.default().symbols[ids]]}
-
-
-def _graph_label(graph) -> str | None:
-    if graph is None:
-        return None
-    return str(graph) if not hasattr(graph, "n_genes") else f"{type(graph).__name__} ({graph.n_genes} genes)"
-
-
-def _groups(adata, groupby: str | None) -> np.ndarray:
+def _groups(adata, groupby: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """Group label per cell and the mask of cells that have one (NaN labels dropped with a warning)."""
     if groupby is None:
-        return np.full(adata.n_obs, "all", dtype=object)
+        return np.full(adata.n_obs, "all", dtype=object), np.ones(adata.n_obs, bool)
     if groupby not in adata.obs:
         raise KeyError(f"groupby={groupby!r} is not a column of adata.obs ({list(adata.obs.columns)[:10]}).")
-    return adata.obs[groupby].astype(str).to_numpy(dtype=object)
+    return labels_or_drop(adata, groupby, what="the ablation")
 
 
 def _check_matched(matched, programmes, groups, groupby) -> None:
@@ -271,11 +250,11 @@ def _programme_ids(programmes, vocab, detection) -> tuple[dict[str, np.ndarray],
     return ids, left_out
 
 
-def _sample_cells(groups: np.ndarray, n_cells: int, rng, *, required: set) -> np.ndarray:
-    """Up to ``n_cells`` sampled rows per group (groups in sorted order), seeded."""
+def _sample_cells(groups: np.ndarray, labelled: np.ndarray, n_cells: int, rng, *, required: set) -> np.ndarray:
+    """Up to ``n_cells`` sampled rows per group (groups in sorted order; unlabelled cells never), seeded."""
     chosen, few, skipped = [], [], []
-    for g in sorted(set(groups)):
-        rows = np.flatnonzero(groups == g)
+    for g in sorted(set(groups[labelled])):
+        rows = np.flatnonzero((groups == g) & labelled)
         if len(rows) < 2:
             if g in required:
                 raise ValueError(f"Matched group {g!r} has {len(rows)} cell(s); at least 2 are needed.")
@@ -319,35 +298,43 @@ def _null_sets(ids, observed, bins, n_random, rng, symbols) -> tuple[dict, pd.Da
     return sets, table
 
 
-def _ablate_all(model, cells, ids, null_sets, *, batch_size, device) -> pd.DataFrame:
-    """Per cell × programme displacement, mean null displacement and excess."""
+def _ablate_all(model, adata, rows, ids, null_sets, *, layer, batch_size, device) -> pd.DataFrame:
+    """Per sampled cell × programme displacement, mean null displacement and excess.
+
+    The sampled cells ``rows`` (unique; any order) are read chunk by chunk (:func:`biomjepa.data.stream.iter_selected`);
+    each chunk is embedded with and without every programme and null set, and only the per-cell
+    displacements are kept.
+    """
     import pandas as pd
     from tqdm.auto import tqdm
 
+    from ..data.stream import iter_selected
     from ._embed import embed_cells
 
-    def shift(genes):
-        return displacement(z, embed_cells(model, cells.drop_genes(genes), batch_size=batch_size, device=device))
-
-    z = embed_cells(model, cells, batch_size=batch_size, device=device)
-    csr = cells.to_csr(model.config.vocab_size)
-    total = len(ids) * (1 + len(next(iter(null_sets.values()))))
-    bar = tqdm(total=total, disable=not settings.show_progress, desc="ablate", unit="set")
-    parts = []
-    for name, prog in ids.items():
-        d = shift(prog)
-        bar.update()
-        d_null = []
-        for genes in null_sets[name]:
-            d_null.append(shift(genes))
-            bar.update()
-        d_null = np.stack(d_null)
-        parts.append(pd.DataFrame({
-            "programme": name,
-            "n_removed": np.asarray((csr[:, prog] != 0).sum(axis=1)).ravel(),
-            "displacement": d, "null_displacement": d_null.mean(axis=0), "excess": excess(d, d_null),
-        }))
+    n_null = len(next(iter(null_sets.values())))
+    d = {k: np.empty(len(rows)) for k in ids}
+    d_null = {k: np.empty((n_null, len(rows))) for k in ids}
+    n_removed = {k: np.empty(len(rows), np.int64) for k in ids}
+    opts = dict(batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens)
+    bar = tqdm(total=len(rows), disable=not settings.show_progress, desc="ablate", unit="cell")
+    order = np.argsort(rows, kind="stable")  # rows come group by group; the file is read in row order
+    for pos, cells in iter_selected(adata, rows[order], layer=layer):
+        pos = order[pos]
+        z = embed_cells(model, cells, **opts)
+        for name, prog in ids.items():
+            d[name][pos] = displacement(z, embed_cells(model, cells.drop_genes(prog), **opts))
+            for k, genes in enumerate(null_sets[name]):
+                d_null[name][k, pos] = displacement(z, embed_cells(model, cells.drop_genes(genes), **opts))
+            n_removed[name][pos] = count_in(cells, prog)
+        bar.update(len(pos))
     bar.close()
+    parts = [
+        pd.DataFrame({
+            "programme": name, "n_removed": n_removed[name], "displacement": d[name],
+            "null_displacement": d_null[name].mean(axis=0), "excess": excess(d[name], d_null[name]),
+        })
+        for name in ids
+    ]
     return pd.concat(parts, ignore_index=True)
 
 

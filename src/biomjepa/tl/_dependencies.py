@@ -10,6 +10,9 @@ with context programme ``a`` ablated and ``ã`` expression- and detection-matche
 
 Design (the paper leaves these open; the training code is reused for every model step):
 
+* Data: one streamed pass (gene statistics, which cells express each programme), then only the
+  sampled cells are read again (:func:`biomjepa.data.stream.gather`). The model steps run in
+  ``train`` behind one function, :func:`biomjepa.train.target_errors.programme_errors`.
 * One prediction unit per cell: programme ``b`` is the cell's single target block, exactly the
   training path with ``K = 1`` (:func:`biomjepa.train.inputs.build_inputs` on a
   :class:`~biomjepa.train.blocks.BlockSample`, then :class:`~biomjepa.train.jepa.JEPA` and
@@ -39,7 +42,8 @@ import numpy as np
 
 from .._keys import TOKEN_KEY
 from .._settings import settings
-from ._jepa_errors import load_training_modules, target_errors
+from ._null import count_in as _count_in
+from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_modality
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -125,7 +129,8 @@ def programme_dependencies(
     random_state
         Seed of the random sets and the cell sampling.
     batch_size
-        Cells per forward pass (default ``bj.settings.batch_size``).
+        Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
+        also capped at ``bj.settings.max_batch_tokens`` tokens.
     device
         ``"auto"``, ``"cpu"``, ``"cuda"``...
     mod
@@ -157,32 +162,36 @@ def programme_dependencies(
         training step and objective of the checkpoint.
     """
     from .._device import resolve_device
-    from ..data.anndata_source import get_modality, token_column, tokenize_adata
     from ..data.vocab import Vocab
+    from ..train.target_errors import programme_errors  # the one function tl uses from train
     from ._ablate import _null_sets, _programme_ids
-    from ._null import expression_bins, gene_stats
+    from ._null import expression_bins, scan_gene_stats
 
+    bs = check_batch_size(batch_size)
+    check_copy(adata, copy)
     adata = adata.copy() if copy else adata
-    target = get_modality(adata, mod)
-    token_column(target, TOKEN_KEY)
+    target = mapped_modality(adata, mod, TOKEN_KEY)
     if target.n_obs == 0:
         raise ValueError("adata has no cells.")
     progs = _check_inputs(target, programmes, groupby, matched, n_random, n_cells)
     dev = resolve_device(device)
-    mods = load_training_modules(checkpoint, graph=graph, device=dev)
     vocab = Vocab.default()
-    cells = tokenize_adata(target, layer=layer)
-    mean, detection = gene_stats(cells.to_csr(vocab.size))
+    vocab_ids = {k: vocab.index_of(v) for k, v in progs.items()}
+    mean, detection, hits = scan_gene_stats(
+        target, layer=layer, vocab_size=vocab.size, programmes={k: v[v >= 0] for k, v in vocab_ids.items()}
+    )
     observed = np.flatnonzero(detection > 0)
     ids, left_out = _programme_ids(progs, vocab, detection)
-    block_ids = {k: _block_id(vocab.index_of(v)) for k, v in progs.items()}
+    block_ids = {k: _block_id(v) for k, v in vocab_ids.items()}
     rng = np.random.default_rng(random_state)
     bins = expression_bins(mean[observed], detection[observed], n_bins)
     null_sets, null_table = _null_sets(ids, observed, bins, n_random, rng, vocab.symbols)
-    groups = target.obs[groupby].astype(str).to_numpy(dtype=object)
-    bs = int(batch_size or settings.batch_size)
-    pairs, cell_rows = _all_pairs(mods, cells, ids, block_ids, null_sets, groups, matched, target.obs_names,
-                                  n_cells=n_cells, rng=rng, batch_size=bs, device=dev)
+    groups, labelled = labels_or_drop(target, groupby, what="the matched identities")
+    sampled = {b: _sample_target_cells(hits[b], labelled & (groups == str(matched[b])), n_cells, rng, b) for b in ids}
+    jobs = _jobs(target, sampled, ids, block_ids, null_sets, layer)
+    errors, info = programme_errors(checkpoint, jobs, graph=graph, device=dev, batch_size=bs,
+                                    max_tokens=settings.max_batch_tokens)
+    pairs, cell_rows = _tables(errors, jobs, sampled, ids, null_sets, groups, matched, target.obs_names)
     matrix = pairs.pivot(index="source", columns="target", values="dependency").reindex(index=list(ids),
                                                                                           columns=list(ids))
     matrix.index.name, matrix.columns.name = "source", "target"
@@ -191,7 +200,7 @@ def programme_dependencies(
         "params": {
             "groupby": groupby, "matched": dict(matched), "n_random": n_random, "n_cells": n_cells,
             "layer": layer or "X", "n_bins": n_bins, "random_state": random_state, "batch_size": bs,
-            "device": str(dev), "checkpoint": mods.source, "step": mods.step, "objective": mods.objective,
+            "device": str(dev), "checkpoint": info["source"], "step": info["step"], "objective": info["objective"],
             "programmes": {k: [str(vocab.symbols[g]) for g in v] for k, v in ids.items()},
             "block_ids": {k: int(v) for k, v in block_ids.items()}, "left_out": left_out,
             "error": "squared L2 between predicted and centred teacher mean state of T = b ∩ observed",
@@ -231,11 +240,8 @@ def _block_id(vocab_ids: np.ndarray) -> int:
     return int(genes[(len(genes) - 1) // 2])
 
 
-def _sample_target_cells(cells, target, eligible_group, n_cells, rng, name) -> np.ndarray:
-    """Up to ``n_cells`` rows of the matched group expressing ≥ 1 gene of ``target`` (sorted)."""
-    has = np.zeros(len(cells), bool)
-    hit = np.isin(cells.genes, target)
-    has[np.repeat(np.arange(len(cells)), cells.lengths)[hit]] = True
+def _sample_target_cells(has, eligible_group, n_cells, rng, name) -> np.ndarray:
+    """Up to ``n_cells`` rows of the matched group expressing ≥ 1 gene of the target (``has``), sorted."""
     rows = np.flatnonzero(eligible_group & has)
     if len(rows) < 2:
         raise ValueError(
@@ -249,28 +255,38 @@ def _sample_target_cells(cells, target, eligible_group, n_cells, rng, name) -> n
     return np.sort(rng.choice(rows, n_cells, replace=False))
 
 
-def _all_pairs(mods, cells, ids, block_ids, null_sets, groups, matched, obs_names, *, n_cells, rng,
-               batch_size, device) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Errors for every target programme and every ablation → per-pair and per-cell tables."""
+def _jobs(adata, sampled, ids, block_ids, null_sets, layer) -> list[tuple]:
+    """``(cells, target ids, block id, removals)`` per target programme: its sampled cells, read by the one reader.
+
+    Removals: none first, then per other programme ``a`` its genes and its ``n_random`` null sets.
+    """
+    from ..data.stream import gather
+
+    every = np.unique(np.concatenate(list(sampled.values())))
+    cells = gather(adata, every, layer=layer)
+    jobs = []
+    for b, rows in sampled.items():
+        removals = [np.zeros(0, np.int64)]
+        for a in ids:
+            if a != b:
+                removals += [ids[a], *null_sets[a]]
+        jobs.append((cells.subset(np.searchsorted(every, rows)), ids[b], block_ids[b], removals))
+    return jobs
+
+
+def _tables(errors, jobs, sampled, ids, null_sets, groups, matched, obs_names) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Errors of every target programme under every ablation → per-pair and per-cell tables."""
     import pandas as pd
-    from tqdm.auto import tqdm
 
     names = list(ids)
     pairs, per_cell = [], []
-    for b in tqdm(names, disable=not settings.show_progress, desc="dependencies", unit="target"):
-        rows = _sample_target_cells(cells, ids[b], groups == str(matched[b]), n_cells, rng, b)
-        sub = cells.subset(rows)
-        sources = [a for a in names if a != b]
-        removals = [np.zeros(0, np.int64)]
-        for a in sources:
-            removals += [ids[a], *null_sets[a]]
-        errors = target_errors(mods, sub, ids[b], block_ids[b], removals, batch_size=batch_size, device=device)
-        base, k = errors[0], 1 + len(null_sets[names[0]])
-        n_target = _count_in(sub, ids[b])
+    k = 1 + len(null_sets[names[0]])
+    for (b, rows), err, (sub, *_) in zip(sampled.items(), errors, jobs):
+        base = err[0]
         per_cell.append(pd.DataFrame({"target": b, "cell": obs_names[rows].to_numpy(), "group": groups[rows],
-                                      "n_target": n_target, "baseline_error": base}))
-        for j, a in enumerate(sources):
-            block = errors[1 + j * k : 1 + (j + 1) * k]
+                                      "n_target": _count_in(sub, ids[b]), "baseline_error": base}))
+        for j, a in enumerate(a for a in names if a != b):
+            block = err[1 + j * k : 1 + (j + 1) * k]
             raw, null_eff, dep = dependency_effect(base, block[0], block[1:])
             null_sd = float(np.std((block[1:] - base).mean(axis=1), ddof=1)) if k > 2 else float("nan")
             n_abl = float(np.mean(_count_in(sub, np.setdiff1d(ids[a], ids[b]))))
@@ -278,10 +294,3 @@ def _all_pairs(mods, cells, ids, block_ids, null_sets, groups, matched, obs_name
     cols = ["source", "target", "group", "n_cells", "baseline_error", "n_ablated", "raw_effect", "null_effect",
             "null_effect_sd", "dependency"]
     return pd.DataFrame(pairs, columns=cols), pd.concat(per_cell, ignore_index=True)
-
-
-def _count_in(cells, genes: np.ndarray) -> np.ndarray:
-    """Per cell, how many of ``genes`` it expresses, ``[n]``."""
-    owner = np.repeat(np.arange(len(cells)), cells.lengths)
-    return np.bincount(owner[np.isin(cells.genes, genes)], minlength=len(cells))
-

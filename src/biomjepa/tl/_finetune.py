@@ -19,6 +19,7 @@ import numpy as np
 
 from .._keys import TOKEN_KEY
 from .._settings import settings
+from ._utils import check_batch_size, check_copy, mapped_modality
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -62,6 +63,8 @@ def finetune(
     validation / test; the epoch with the best validation macro-F1 is kept (ties: the earlier).
     Batches are length-sorted (padding per batch only) in shuffled order; bf16 autocast on CUDA,
     float32 on CPU. Cells whose label is missing (NaN) are not trained on but are predicted.
+    Only the train and validation cells are held in memory (read once through the package's
+    streaming reader); every cell is then predicted chunk by chunk.
     The checkpoint's cached model is never modified (the encoder is copied).
 
     Parameters
@@ -122,17 +125,19 @@ def finetune(
     """
     from .._device import resolve_device
     from .._pretrained import load_model
-    from ..data.anndata_source import get_modality, token_column, tokenize_adata
+    from ..data.anndata_source import get_modality
+    from ..data.stream import gather
 
-    _check_args(train_frac, valid_frac, epochs, batch_size)
+    batch_size = _check_args(train_frac, valid_frac, epochs, batch_size)
+    check_copy(adata, copy)
     adata = adata.copy() if copy else adata
-    target = get_modality(adata, mod)
-    codes, classes = _labels(target, label_key)
+    codes, classes = _labels(get_modality(adata, mod), label_key)
+    target = mapped_modality(adata, mod, TOKEN_KEY)  # fail early, before loading a model
     split = stratified_split(codes, train_frac, valid_frac, random_state)
-    token_column(target, TOKEN_KEY)  # fail early, before loading a model
     dev = resolve_device(device)
     base = load_model(checkpoint)
-    cells = tokenize_adata(target, layer=layer)
+    train_cells = gather(target, np.flatnonzero(split == "train"), layer=layer)
+    valid_cells = gather(target, np.flatnonzero(split == "valid"), layer=layer)
     opts = dict(
         epochs=epochs,
         batch_size=batch_size,
@@ -141,8 +146,9 @@ def finetune(
         weight_decay=weight_decay,
         random_state=random_state,
     )
-    model, fit = _fit(base, cells, codes, split, len(classes), dev, **opts)
-    proba, heldout_s = _predict_all(model, cells, split, batch_size, dev)
+    model, fit = _fit(base, train_cells, valid_cells, codes, split, len(classes), dev, **opts)
+    del train_cells, valid_cells
+    proba, heldout_s = _predict_all(model, target, layer, split, batch_size, dev)
     result = _summary(fit, proba, codes, split, classes, heldout_s)
     result["params"] = {**_params(base, dev, label_key, layer, train_frac, valid_frac), **opts}
     if out_dir is not None:
@@ -151,13 +157,14 @@ def finetune(
     return adata if copy else None
 
 
-def _check_args(train_frac: float, valid_frac: float, epochs: int, batch_size: int) -> None:
+def _check_args(train_frac: float, valid_frac: float, epochs: int, batch_size: int) -> int:
     if not (0 < train_frac < 1 and 0 < valid_frac < 1 and train_frac + valid_frac <= 1 + 1e-9):
         raise ValueError(
             f"Need 0 < train_frac, 0 < valid_frac and train_frac + valid_frac <= 1; got {train_frac}, {valid_frac}."
         )
-    if epochs < 1 or batch_size < 1:
-        raise ValueError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}.")
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}.")
+    return check_batch_size(batch_size, default=8)
 
 
 def _labels(adata, label_key: str) -> tuple[np.ndarray, list[str]]:
@@ -217,7 +224,8 @@ def stratified_split(
 
 def _fit(
     base,
-    cells,
+    train_cells,
+    valid_cells,
     codes,
     split,
     n_classes,
@@ -230,7 +238,11 @@ def _fit(
     weight_decay,
     random_state,
 ):
-    """Train a copy of ``base``'s encoder + a new head; returns ``(model, fit info)``."""
+    """Train a copy of ``base``'s encoder + a new head on the (in-memory) train split; returns ``(model, fit info)``.
+
+    The train and validation cells are the only ones held in memory: an epoch shuffles the whole
+    train split, so it is read once (:func:`biomjepa.data.stream.gather`) and reused every epoch.
+    """
     import torch
     from tqdm.auto import tqdm
 
@@ -244,7 +256,6 @@ def _fit(
     opt = ft.make_optimizer(model, lr_head=lr_head, lr_encoder=lr_encoder, weight_decay=weight_decay)
     rng = np.random.default_rng(random_state)
     train, valid = np.flatnonzero(split == "train"), np.flatnonzero(split == "valid")
-    train_cells, valid_cells = cells.subset(train), cells.subset(valid)
     history = {"epoch": [], "train_loss": [], "valid_macro_f1": []}
     best, best_f1, seconds = None, -1.0, 0.0
     bar = tqdm(total=epochs * len(train), unit="cell", desc="finetune", disable=not settings.show_progress)
@@ -287,22 +298,25 @@ def _fit(
     return model, fit
 
 
-def _predict_all(model, cells, split, batch_size, dev) -> tuple[np.ndarray, float]:
-    """Probabilities for every cell; also the seconds spent on the held-out (non-train) cells."""
+def _predict_all(model, adata, layer, split, batch_size, dev) -> tuple[np.ndarray, float]:
+    """Probabilities for every cell, streamed chunk by chunk; also the seconds spent on the held-out (non-train) cells."""
+    from ..data.stream import iter_tokenized
     from ..nn.finetune import predict_proba
 
-    proba = np.empty((len(cells), model.head[-1].out_features), dtype=np.float32)
+    proba = np.empty((adata.n_obs, model.head[-1].out_features), dtype=np.float32)
     heldout_s = 0.0
-    for rows in (np.flatnonzero(split == "train"), np.flatnonzero(split != "train")):
-        if len(rows):
-            proba[rows], secs = predict_proba(
-                model,
-                cells.subset(rows),
-                batch_size=batch_size,
-                device=dev,
-                max_tokens=settings.max_batch_tokens,
-            )
-            heldout_s = secs  # the second (held-out) pass overwrites the first
+    for sl, cells in iter_tokenized(adata, layer=layer):
+        is_train = split[sl] == "train"
+        for local, heldout in ((np.flatnonzero(is_train), False), (np.flatnonzero(~is_train), True)):
+            if len(local):
+                proba[sl.start + local], secs = predict_proba(
+                    model,
+                    cells.subset(local),
+                    batch_size=batch_size,
+                    device=dev,
+                    max_tokens=settings.max_batch_tokens,
+                )
+                heldout_s += secs if heldout else 0.0
     return proba, heldout_s
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from .._keys import TOKEN_KEY
 from .._settings import settings
+from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_modality
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,7 +95,8 @@ def max_token(
 ) -> AnnData | None:
     """Max-token winner gene of every cell and, per group, the winner fractions ``A_cg``.
 
-    Cells are tokenized and encoded as in :func:`biomjepa.tl.embed`. For cell ``i`` and observed
+    Cells are read, tokenized and encoded chunk by chunk as in :func:`biomjepa.tl.embed` (backed
+    and dask-backed AnnData included). For cell ``i`` and observed
     gene ``g``, ``u_ig`` is the share of the ``d`` feature dimensions in which ``g``'s final-layer
     token state is the per-feature maximum over the cell's gene tokens (the max half of the
     pooled embedding; technical tokens excluded). The winner is ``argmax_g u_ig`` (ties → lowest
@@ -107,13 +109,15 @@ def max_token(
         AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`, or a MuData (modality ``mod``,
         which receives the results).
     groupby
-        ``obs`` column with cell groups (e.g. cell types) for the winner-fraction matrix.
+        ``obs`` column with cell groups (e.g. cell types) for the winner-fraction matrix; cells
+        without a label (NaN) are left out of the fractions, with a warning saying how many.
     checkpoint
         Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
     layer
         Layer with raw counts; default ``X``.
     batch_size
-        Cells per forward pass (default ``bj.settings.batch_size``).
+        Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
+        also capped at ``bj.settings.max_batch_tokens`` tokens.
     device
         ``"auto"``, ``"cpu"``, ``"cuda"``...
     mod
@@ -144,32 +148,30 @@ def max_token(
     """
     from .._device import resolve_device
     from .._pretrained import load_model
-    from ..data.anndata_source import get_modality, token_column, tokenize_adata
     from ..data.vocab import Vocab
 
+    bs = check_batch_size(batch_size)
+    check_copy(adata, copy)
     adata = adata.copy() if copy else adata
-    target = get_modality(adata, mod)
-    token_column(target, TOKEN_KEY)
+    target = mapped_modality(adata, mod, TOKEN_KEY)
     if target.n_obs == 0:
         raise ValueError("adata has no cells.")
     if groupby is not None and groupby not in target.obs:
         raise KeyError(f"groupby={groupby!r} is not a column of adata.obs ({list(target.obs.columns)[:10]}).")
     dev = resolve_device(device)
     model = load_model(checkpoint)
-    bs = int(batch_size or settings.batch_size)
-    cells = tokenize_adata(target, layer=layer)
-    winner, share = _winners(model, cells, batch_size=bs, device=dev)
+    winner, share, top = _stream_winners(model, target, layer=layer, batch_size=bs, device=dev)
     vocab_symbols = np.asarray(Vocab.default().symbols, dtype=object)
-    symbols, top = vocab_symbols[winner], vocab_symbols[top_expressed(cells)]
+    symbols, top = vocab_symbols[winner], vocab_symbols[top]
     result = {"params": {
         "groupby": groupby, "checkpoint": model.info.get("name", "unnamed"), "layer": layer or "X",
         "batch_size": bs, "device": str(dev), "contribution": "share of max-pooled feature dimensions",
         "ties": "lowest vocabulary index",
     }}
     if groupby is not None:
-        groups = target.obs[groupby].astype(str).to_numpy()
-        result["winner_fraction"] = winner_fraction(symbols, groups)
-        result["top_expressed_fraction"] = winner_fraction(top, groups)
+        groups, valid = labels_or_drop(target, groupby, what="the winner fractions")
+        result["winner_fraction"] = winner_fraction(symbols[valid], groups[valid])
+        result["top_expressed_fraction"] = winner_fraction(top[valid], groups[valid])
     target.obs[f"{key_added}_gene"] = symbols.astype(str)
     target.obs[f"{key_added}_share"] = share.astype(np.float64)
     target.obs[f"{key_added}_top_expressed"] = top.astype(str)
@@ -178,10 +180,26 @@ def max_token(
     return adata if copy else None
 
 
+def _stream_winners(model, adata, *, layer, batch_size: int, device) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Winner id, its share and the most-expressed gene id of every cell, ``[n]`` each, chunk by chunk."""
+    from tqdm.auto import tqdm
+
+    from ..data.stream import iter_tokenized
+
+    n = adata.n_obs
+    winner, share, top = np.empty(n, np.int64), np.empty(n, np.float32), np.empty(n, np.int64)
+    bar = tqdm(total=n, unit="cell", disable=not settings.show_progress, desc="max_token")
+    for rows, cells in iter_tokenized(adata, layer=layer):
+        winner[rows], share[rows] = _winners(model, cells, batch_size=batch_size, device=device)
+        top[rows] = top_expressed(cells)
+        bar.update(rows.stop - rows.start)
+    bar.close()
+    return winner, share, top
+
+
 def _winners(model, cells, *, batch_size: int, device) -> tuple[np.ndarray, np.ndarray]:
     """Winner vocabulary index ``[n]`` and share ``[n]`` for every cell of ``cells``."""
     import torch
-    from tqdm.auto import tqdm
 
     from .._device import autocast
     from ..data.collate import collate, sorted_batches
@@ -190,9 +208,8 @@ def _winners(model, cells, *, batch_size: int, device) -> tuple[np.ndarray, np.n
     model = model.to(device).eval()
     winner = np.empty(len(cells), dtype=np.int64)
     share = np.empty(len(cells), dtype=np.float32)
-    batches = sorted_batches(cells.lengths, batch_size)
     with torch.inference_mode(), autocast(device):
-        for rows in tqdm(batches, disable=not settings.show_progress, desc="max_token", unit="batch"):
+        for rows in sorted_batches(cells.lengths, batch_size, max_tokens=settings.max_batch_tokens):
             batch = collate(cells, model.config.vocab_size, rows).to(device)
             hidden = winner_states(model.hidden(batch).float(), batch.gene_mask, model.config.pooling)
             _, w, s = max_token_shares(hidden, batch.gene_mask, batch.gene_ids)

@@ -114,3 +114,33 @@ def gene_stats(csr) -> tuple[np.ndarray, np.ndarray]:
     mean = np.asarray(csr.sum(axis=0)).ravel() / n
     detection = np.bincount(csr.indices[csr.data != 0], minlength=csr.shape[1]) / n
     return mean, detection
+
+
+def scan_gene_stats(adata, *, layer: str | None, vocab_size: int, programmes: dict | None = None):
+    """One streamed pass over ``adata``: per-gene mean normalized value and detection frequency.
+
+    Same numbers as :func:`gene_stats` on every tokenized cell (zeros included), accumulated chunk
+    by chunk (float64) so the dataset is never tokenized at once. With ``programmes``
+    (``{name: vocabulary ids}``), also ``{name: [n_obs] bool}``: cells expressing ≥ 1 of its genes.
+
+    Returns
+    -------
+    ``(mean [V], detection [V], hits)``
+    """
+    from ..data.stream import iter_tokenized
+
+    total, detected = np.zeros(vocab_size), np.zeros(vocab_size, np.int64)
+    hits = {k: np.zeros(adata.n_obs, bool) for k in (programmes or {})}
+    for rows, cells in iter_tokenized(adata, layer=layer):
+        total += np.bincount(cells.genes, weights=cells.values, minlength=vocab_size)
+        detected += np.bincount(cells.genes[cells.values != 0], minlength=vocab_size)
+        for name, ids in (programmes or {}).items():
+            hits[name][rows] = count_in(cells, ids) > 0
+    n = max(adata.n_obs, 1)
+    return total / n, detected / n, hits
+
+
+def count_in(cells, genes: np.ndarray) -> np.ndarray:
+    """Per cell of :class:`~biomjepa.data.tokenize.TokenizedCells`, how many of ``genes`` it expresses, ``[n]``."""
+    owner = np.repeat(np.arange(len(cells)), cells.lengths)
+    return np.bincount(owner[np.isin(cells.genes, genes)], minlength=len(cells))

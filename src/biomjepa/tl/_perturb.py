@@ -127,7 +127,8 @@ def perturbation_arithmetic(
         AnnData with a representation in ``obsm[use_rep]`` and condition labels in ``obs``, or a
         MuData whose modality ``mod`` holds them (and receives the results).
     perturbation_key
-        ``obs`` column with condition labels (``'A'``, ``'A+B'``, controls).
+        ``obs`` column with condition labels (``'A'``, ``'A+B'``, controls); cells without a label
+        (NaN) are dropped, with a warning saying how many.
     control
         Label of the control cells.
     use_rep
@@ -172,6 +173,7 @@ def perturbation_arithmetic(
         all parameters, the separator used and the matching covariate per single.
     """
     from ..data.anndata_source import get_modality
+    from ._utils import labels_or_drop
 
     adata = adata.copy() if copy else adata
     target = get_modality(adata, mod)
@@ -183,7 +185,8 @@ def perturbation_arithmetic(
         raise KeyError(f"adata.obs[{perturbation_key!r}] not found; pass `perturbation_key=`.")
     if n_random < 1:
         raise ValueError(f"n_random must be >= 1, got {n_random}.")
-    labels = target.obs[perturbation_key].astype(str).to_numpy()
+    labels, labelled = labels_or_drop(target, perturbation_key, what="the perturbation arithmetic")
+    labels = np.where(labelled, labels, None)  # a missing label never becomes a 'nan' condition
     X = np.asarray(target.obsm[use_rep], dtype=np.float64)
     _check_finite(X, use_rep)
     rng = np.random.default_rng(random_state)
@@ -193,7 +196,7 @@ def perturbation_arithmetic(
             f"Found {len(ctrl_rows)} control cells labelled {control!r} in obs[{perturbation_key!r}]; "
             f"need at least {max(min_cells, 2)}. Pass `control=` the control label."
         )
-    counts = {lab: int(c) for lab, c in zip(*np.unique(labels, return_counts=True))}
+    counts = {str(lab): int(c) for lab, c in zip(*np.unique(labels[labelled], return_counts=True))}
     few = sorted(lab for lab, c in counts.items() if c < min_cells and lab != control)
     if few:
         warnings.warn(f"Conditions with fewer than min_cells={min_cells} cells are dropped: {few}.", stacklevel=2)

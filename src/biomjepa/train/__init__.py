@@ -6,9 +6,9 @@ inference checkpoint; ``python -m biomjepa.train CONFIG.yaml --set key=value``.
 
 from __future__ import annotations
 
+from ..data.shards import prepare_corpus
 from .checkpoint import export
 from .config import TrainConfig, load_config, preset
 from .loop import pretrain
-from .shards import prepare_corpus
 
 __all__ = ["TrainConfig", "export", "load_config", "pretrain", "prepare_corpus", "preset"]

@@ -172,16 +172,16 @@ def build_from_h5ad(
     ``tokens``: one var → vocabulary index array per file (−1 unmapped), or a callable on
     ``var_names``. Default: ``var["biomjepa_token"]`` when the file has it (``bj.pp.map_vocab``),
     else human identifiers resolved with the same code as ``bj.pp.map_vocab``
-    (:func:`biomjepa.data.idtable.resolve_identifiers`). Duplicate-mapped columns are summed; the
-    library size is the total over all input columns (the tokenizer's convention). Other keyword
+    (:func:`biomjepa.data.idtable.resolve_identifiers`). Rows come from the package's one reader,
+    :func:`biomjepa.data.stream.iter_vocab_counts` (raw counts checked, mapped onto the vocabulary;
+    duplicate-mapped columns summed; library size = total over all input columns). Other keyword
     arguments go to :func:`coexpression_adjacency`.
     """
     import anndata as ad
 
     from .._keys import TOKEN_KEY
-    from ..data.anndata_source import iter_rows
     from ..data.idtable import resolve_identifiers
-    from ..data.tokenize import to_vocab_counts
+    from ..data.stream import iter_vocab_counts
     from ..data.vocab import Vocab
 
     vocab_size = vocab_size or Vocab.default().size
@@ -198,8 +198,12 @@ def build_from_h5ad(
             adata = ad.read_h5ad(p, backed="r")
             tok = np.asarray(token_of(i, adata), dtype=np.int64)
             logger.info("coexpression: %s, %d/%d vars mapped", p, (tok >= 0).sum(), len(tok))
-            for _, X in iter_rows(adata, layer, chunk):
-                yield to_vocab_counts(X, tok, vocab_size)
-            adata.file.close()
+            try:
+                for _, counts, totals in iter_vocab_counts(
+                    adata, layer=layer, chunk=chunk, vocab_size=vocab_size, token=tok, where=f"{p}:{layer or 'X'}"
+                ):
+                    yield counts, totals
+            finally:
+                adata.file.close()
 
     return coexpression_adjacency(stream(), vocab_size, **kwargs)

@@ -19,6 +19,7 @@ import logging
 import os
 import pickle
 import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +91,49 @@ def latest_state(run_dir: str | os.PathLike) -> Path | None:
         return None
     path = ptr.parent / ptr.read_text().strip()
     return path if path.is_file() else None
+
+
+def load_latest_state(run_dir: str | os.PathLike, map_location="cpu") -> tuple[Path, dict] | None:
+    """``(path, state)`` of the newest intact state of ``run_dir``, or ``None`` when it has none.
+
+    The state ``LATEST`` names is tried first, then every other ``step_*.pt``, newest first. A
+    file that cannot be read (truncated by a full disk or a killed copy) is skipped with a warning
+    naming it; a file holding foreign Python objects is refused (:func:`load_state`).
+
+    Raises
+    ------
+    ValueError
+        State files exist but none can be read.
+    """
+    ckdir = Path(run_dir) / "checkpoints"
+    first = latest_state(run_dir)
+    candidates = ([first] if first else []) + sorted((p for p in ckdir.glob("step_*.pt") if p != first), reverse=True)
+    bad = []
+    for path in candidates:
+        try:
+            state = load_state(path, map_location=map_location)
+        except ValueError:
+            raise
+        except Exception as err:  # torch/zipfile/pickle raise many types for a damaged file
+            bad.append(f"{path.name} ({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''})")
+            continue
+        if not isinstance(state, dict) or "step" not in state:
+            bad.append(f"{path.name} (not a training state)")
+            continue
+        if bad:
+            warnings.warn(
+                f"Training state {bad[0]} in {ckdir} is damaged or truncated; resuming from the previous intact "
+                f"one, {path.name} (step {state['step']}). Damaged: {'; '.join(bad)}.",
+                UserWarning,
+                stacklevel=2,
+            )
+        return path, state
+    if bad:
+        raise ValueError(
+            f"No training state in {ckdir} can be read; all are damaged or truncated: {'; '.join(bad)}. Delete the "
+            "damaged files to start the run from step 0, or train into a new `run_name`/`out_dir`."
+        )
+    return None
 
 
 def _numpy_rng_globals() -> list:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import csv
+import logging
 import math
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 class StepLogger:
@@ -26,8 +29,13 @@ class StepLogger:
                 from torch.utils.tensorboard import SummaryWriter
 
                 self.tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
-            except Exception:  # tensorboard not installed
+            except Exception as err:  # tensorboard not installed (or broken)
                 self.tb = None
+                logger.warning(
+                    "tensorboard: true, but TensorBoard is unavailable (%s: %s); logging to %s only. "
+                    "Install it (`pip install tensorboard`) or set `tensorboard: false`.",
+                    type(err).__name__, err, path,
+                )
         if cfg.progress:
             from tqdm.auto import tqdm
 

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..data.shards import Corpus, ShardStream, prepare_corpus
 from .blocks import block_rng, sample_blocks
-from .checkpoint import latest_state, load_state, resume_mismatch, rng_state, save_state, set_rng_state
+from .checkpoint import load_latest_state, resume_mismatch, rng_state, save_state, set_rng_state
 from .config import TrainConfig, load_config
 from .distributed import DistInfo, all_reduce_, all_reduce_mean, barrier, cleanup, init_distributed, wrap_ddp
 from .ema import ema_update, make_teacher, update_centre, update_centre_rows
@@ -33,7 +34,6 @@ from .jepa import JEPA
 from .objectives import compute_objective, effective_rank
 from .runlock import lock_run_dir, unlock_run_dir
 from .schedules import lr_at, momentum_at
-from .shards import Corpus, ShardStream, prepare_corpus
 
 logger = logging.getLogger(__name__)
 LOG_FIELDS = [
@@ -74,17 +74,25 @@ def open_corpus(cfg: TrainConfig, run_dir: Path, info: DistInfo) -> Corpus:
 
 
 def open_graph(cfg: TrainConfig, corpus: Corpus, info: DistInfo):
-    """The gene graph: ``cfg.graph`` if given, else STRING (bundled) ∪ corpus coexpression, cached."""
-    from .graph import GeneGraph, build_graph, coexpression_adjacency, string_adjacency
+    """The gene graph: ``cfg.graph`` if given, else STRING (bundled) ∪ corpus coexpression, cached.
+
+    The cache (``CORPUS_CACHE/graph``) is rebuilt when it was made for another corpus key or other
+    parameters; it is the graph ``biomjepa graph`` builds for the same corpus (``--top-k`` =
+    ``max(64, dmt_k)``, ``--seed`` = the run's ``seed``).
+    """
+    from .corpus_graph import TOP_K, build_corpus_graph, cached_graph_is_current, graph_params
+    from .graph import GeneGraph
 
     if cfg.objective == "random_block":
         return None
-    path = Path(cfg.graph) if cfg.graph else corpus.root / "graph"
-    if info.is_main and not (path / "graph.npz").is_file():
-        V = cfg.model_config().vocab_size
-        coexp = coexpression_adjacency(corpus.iter_counts(), V, top_k=cfg.dmt_k, seed=cfg.seed)
-        graph = build_graph(string_adjacency(), coexp, top_k=64, meta={"corpus": corpus.meta["key"]})
-        graph.save(path)
+    if cfg.graph:
+        return GeneGraph.load(cfg.graph)
+    path = corpus.root / "graph"
+    params = graph_params(top_k=max(TOP_K, cfg.dmt_k), seed=cfg.seed)
+    if info.is_main and not cached_graph_is_current(path, corpus.meta["key"], params):
+        if (path / "graph.npz").is_file():
+            logger.info("rebuilding the cached gene graph %s: it was built for another corpus or parameters", path)
+        build_corpus_graph(corpus, params).save(path)
     barrier(info)
     return GeneGraph.load(path)
 
@@ -114,8 +122,8 @@ class Trainer:
 
     def _setup(self) -> None:
         cfg, info = self.cfg, self.info
-        path = latest_state(self.run_dir)
-        saved = load_state(path, map_location=info.device) if path is not None else None
+        latest = load_latest_state(self.run_dir, map_location=info.device)  # falls back past a damaged file
+        saved = latest[1] if latest is not None else None
         if saved is not None:
             self._check_resume(saved)  # before the corpus cache or config.yaml can be rewritten
         barrier(info)
@@ -159,6 +167,24 @@ class Trainer:
             )
         logger.warning("allow_resume_mismatch: resuming step %s with changed settings: %s", saved.get("step"), listed)
 
+    def _check_shapes(self, saved: dict) -> None:
+        """Refuse (before ``load_state_dict``) a state whose tensors do not fit this model."""
+        own = self.model.state_dict()
+        saved_model = saved.get("model", {})
+        diff = [f"{k}: saved {tuple(v.shape)} → now {tuple(own[k].shape)}" for k, v in saved_model.items()
+                if k in own and tuple(v.shape) != tuple(own[k].shape)]
+        missing = sorted(set(own) ^ set(saved_model))
+        if not diff and not missing:
+            return
+        detail = "; ".join(diff[:4]) + (f" (+{len(diff) - 4} more)" if len(diff) > 4 else "")
+        if missing:
+            detail += ("; " if detail else "") + f"parameters only in one of them: {missing[:4]}"
+        raise ValueError(
+            f"{self.run_dir} holds a training state (step {saved.get('step')}) of a model with another architecture, "
+            f"which cannot be resumed even with allow_resume_mismatch: {detail}. Restore the saved model settings "
+            f"(model, model_overrides, pred_*), or give this run a new `run_name`/`out_dir`."
+        )
+
     def _init_gene_embedding(self) -> None:
         """``gene_init: pca``: gene embeddings (and the predictor's block queries) from corpus PCA loadings."""
         from .gene_init import pca_gene_embedding
@@ -194,6 +220,7 @@ class Trainer:
         }
 
     def _restore(self, state: dict) -> None:
+        self._check_shapes(state)
         self.model.load_state_dict(state["model"])
         self.teacher.load_state_dict(state["teacher"])
         self.optimizer.load_state_dict(state["optimizer"])

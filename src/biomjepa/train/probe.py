@@ -36,7 +36,7 @@ def load_probe(path: str, *, obs: str | None = None, label_key: str | None = Non
     """Read, vocabulary-map and tokenize up to ``max_cells`` probe cells (a seeded subsample)."""
     import anndata as ad
 
-    from ..data.anndata_source import tokenize_adata
+    from ..data.stream import gather
     from ..pp import map_vocab
 
     adata = ad.read_h5ad(path)
@@ -50,7 +50,7 @@ def load_probe(path: str, *, obs: str | None = None, label_key: str | None = Non
         adata = adata[rows]
     adata = adata.copy()
     map_vocab(adata)
-    cells = tokenize_adata(adata)
+    cells = gather(adata, np.arange(adata.n_obs))  # ≤ max_cells cells, read through the one reader
     X = adata.X
     total = np.asarray(X.sum(1)).ravel().astype(float)
     nnz = np.asarray((X > 0).sum(1)).ravel().astype(float)
@@ -62,6 +62,7 @@ def probe_embeddings(encoder, probe: ProbeSet, *, batch_size: int = 32) -> dict[
     """``{pooling: [n, 2D]}`` embeddings of the probe cells under every readout (one forward pass)."""
     import torch
 
+    from .._settings import settings
     from ..data.collate import collate, sorted_batches
     from ..nn.pooling import POOLINGS, pool
 
@@ -71,7 +72,7 @@ def probe_embeddings(encoder, probe: ProbeSet, *, batch_size: int = 32) -> dict[
     was_training = encoder.training
     encoder.eval()
     with torch.inference_mode():
-        for rows in sorted_batches(probe.cells.lengths, batch_size):
+        for rows in sorted_batches(probe.cells.lengths, batch_size, max_tokens=settings.max_batch_tokens):
             b = collate(probe.cells, V, rows).to(device)
             h = encoder(b.gene_ids, b.values, b.mask).float()
             for k in POOLINGS:

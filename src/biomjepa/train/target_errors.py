@@ -1,10 +1,12 @@
 """Teacher-target prediction errors of a programme block, from a full training state.
 
-The analysis side of :func:`biomjepa.tl.programme_dependencies`: rebuilds the student, predictor
-and teacher with the training code (:class:`~biomjepa.train.jepa.JEPA`,
-:func:`~biomjepa.train.ema.make_teacher`) and runs a programme as the single target block of each
-cell through the training collation (:func:`~biomjepa.train.inputs.build_inputs`), so every model
-step is the one used in pretraining. No AnnData here.
+The training side of :func:`biomjepa.tl.programme_dependencies`, behind one public function,
+:func:`programme_errors` (the only name ``tl`` imports from ``train``; a structure test checks
+it): it rebuilds the student, predictor and teacher with the training code
+(:class:`~biomjepa.train.jepa.JEPA`, :func:`~biomjepa.train.ema.make_teacher`), runs a programme
+as the single target block of each cell through the training collation
+(:func:`~biomjepa.train.inputs.build_inputs`), so every model step is the one used in
+pretraining, and returns plain arrays. No AnnData here.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,52 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 STATE_KEYS = ("model", "teacher", "centre", "config", "model_config", "step")
+
+__all__ = ["programme_errors"]
+
+
+def programme_errors(
+    checkpoint: str | os.PathLike | dict,
+    jobs: Iterable[tuple[Any, np.ndarray, int, list[np.ndarray]]],
+    *,
+    graph=None,
+    device="cpu",
+    batch_size: int = 64,
+    max_tokens: int | None = None,
+) -> tuple[list[np.ndarray], dict]:
+    """Teacher-target errors ``ε = ‖t̂ − t‖²`` of programme blocks under context removals.
+
+    Parameters
+    ----------
+    checkpoint
+        A full training state: run directory, ``checkpoints/step_*.pt`` file or loaded state dict.
+        Inference exports and ``decoder`` runs are refused with an error saying why.
+    jobs
+        ``(cells, target, block_id, removals)`` per target programme:
+        :class:`~biomjepa.data.tokenize.TokenizedCells` (each cell expressing ≥ 1 gene of
+        ``target``), the programme's vocabulary ids, its block query id and the vocabulary-id arrays
+        removed from the student context (an empty array: no ablation). Consumed after the
+        training state is loaded and checked.
+    graph
+        Gene graph for the DMT neighbourhoods (a ``GeneGraph`` or its saved directory); default:
+        the run's.
+    device
+        Torch device.
+    batch_size, max_tokens
+        Cells per forward pass, and the cap on ``cells × longest cell`` tokens of one batch.
+
+    Returns
+    -------
+    ``(errors, info)``: one float64 ``[len(removals), n_cells]`` array per job, and
+    ``{"source", "step", "objective"}`` of the training state.
+    """
+    mods = load_training_modules(checkpoint, graph=graph, device=device)
+    errors = [
+        target_errors(mods, cells, target, block_id, removals, batch_size=batch_size, device=device,
+                      max_tokens=max_tokens)
+        for cells, target, block_id, removals in jobs
+    ]
+    return errors, {"source": mods.source, "step": mods.step, "objective": mods.objective}
 
 
 @dataclass
@@ -51,9 +100,9 @@ def load_training_modules(checkpoint: str | os.PathLike | dict, *, graph=None, d
 
     import torch
 
-    from ..train.config import TrainConfig
-    from ..train.ema import make_teacher
-    from ..train.jepa import JEPA
+    from .config import TrainConfig
+    from .ema import make_teacher
+    from .jepa import JEPA
 
     state, source, run_dir = _read_state(checkpoint)
     cfg = TrainConfig.from_dict(state["config"])
@@ -80,7 +129,7 @@ def load_training_modules(checkpoint: str | os.PathLike | dict, *, graph=None, d
 
 def _read_state(checkpoint) -> tuple[dict, str, Path | None]:
     """``(state, display name, run directory or None)``; clear errors for inference exports."""
-    from ..train.checkpoint import latest_state, load_state
+    from .checkpoint import latest_state, load_state
 
     if isinstance(checkpoint, dict):
         state, source, run_dir = checkpoint, "state dict", None
@@ -106,8 +155,8 @@ def _read_state(checkpoint) -> tuple[dict, str, Path | None]:
 
 def _open_graph(graph, cfg, run_dir: Path | None):
     """The run's gene graph: ``graph`` if given, else ``cfg.graph``, else the corpus cache's ``graph/``."""
-    from ..train.graph import GeneGraph
-    from ..train.loop import run_dir_of
+    from .graph import GeneGraph
+    from .loop import run_dir_of
 
     if isinstance(graph, GeneGraph):
         return graph
@@ -138,6 +187,7 @@ def target_errors(
     *,
     batch_size: int,
     device,
+    max_tokens: int | None = None,
 ) -> np.ndarray:
     """``ε = ‖t̂ − t‖²`` of target programme ``target`` for every cell, under every context removal.
 
@@ -161,8 +211,9 @@ def target_errors(
     import torch
 
     from .._device import autocast
-    from ..train.inputs import build_inputs
-    from ..train.jepa import centred_targets
+    from ..data.collate import sorted_batches
+    from .inputs import build_inputs
+    from .jepa import centred_targets
 
     device = torch.device(device)
     V = mods.jepa.config.vocab_size
@@ -171,8 +222,7 @@ def target_errors(
         near[mods.coexp.neighbours(int(block_id))] = True
     out = np.empty((len(removals), len(cells)))
     with torch.inference_mode(), autocast(device):
-        for start in range(0, len(cells), batch_size):
-            rows = np.arange(start, min(start + batch_size, len(cells)))
+        for rows in sorted_batches(cells.lengths, batch_size, max_tokens=max_tokens):
             sub = cells.subset(rows)
             in_t = np.isin(sub.genes, target)
             t = None
@@ -191,7 +241,7 @@ def block_sample(cells, in_t: np.ndarray, context: np.ndarray, block_id: int, ne
 
     DMT candidates are the context genes in ``near`` (``N^coexp(c)``), all context where none is.
     """
-    from ..train.blocks import BlockSample
+    from .blocks import BlockSample
 
     n, lengths = len(cells), cells.lengths
     owner = np.repeat(np.arange(n), lengths)

@@ -1,0 +1,77 @@
+"""Argument checks shared by the ``tl`` tools (one wording for one mistake)."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+
+from .._keys import TOKEN_KEY
+from .._settings import settings
+
+
+def check_batch_size(batch_size, *, default: int | None = None) -> int:
+    """``batch_size`` as a positive ``int`` (``None`` → ``default`` or ``bj.settings.batch_size``).
+
+    Refuses ``0``, negatives, non-integers (``2.7``) and booleans instead of silently replacing them.
+    """
+    if batch_size is None:
+        return int(default if default is not None else settings.batch_size)
+    if isinstance(batch_size, bool | np.bool_) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise ValueError(
+            f"batch_size must be a positive integer (cells per forward pass), got {batch_size!r}. "
+            "Pass e.g. batch_size=64, or None for bj.settings.batch_size."
+        )
+    return int(batch_size)
+
+
+def check_copy(adata, copy: bool) -> None:
+    """``copy=True`` on a backed AnnData would load it whole through anndata: say so instead."""
+    if copy and getattr(adata, "isbacked", False):
+        raise ValueError(
+            "copy=True is not supported for a backed AnnData (it would copy the whole file into memory). "
+            "Either load it first (`adata = adata.to_memory()`) or keep copy=False: results are written "
+            "into the backed object's obs/obsm/uns in memory."
+        )
+
+
+def mapped_modality(adata, mod: str | None, token_key: str = TOKEN_KEY):
+    """The AnnData a tool reads (``adata`` or a MuData modality), checked for ``bj.pp.map_vocab``'s column.
+
+    For a MuData the error names the modality that lacks the column and the modalities that have it.
+    """
+    from ..data.anndata_source import get_modality, token_column
+
+    target = get_modality(adata, mod)
+    if hasattr(adata, "mod") and token_key not in target.var:
+        name = mod or "rna"
+        have = [k for k, m in adata.mod.items() if token_key in m.var]
+        hint = f" Modalities that have it: {have}; pass `mod=` one of them." if have else ""
+        raise KeyError(
+            f"MuData modality {name!r} has no .var[{token_key!r}]. Run `bj.pp.map_vocab(mdata, mod={name!r})` "
+            f"first.{hint}"
+        )
+    token_column(target, token_key)
+    return target
+
+
+def labels_or_drop(adata, key: str, *, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """``obs[key]`` as strings and the mask of cells that have a label; warns how many are dropped.
+
+    Missing (NaN/None) and empty labels never become a ``"nan"`` group; ``what`` says what the
+    dropped cells are left out of (as ``bj.bench`` does).
+    """
+    import pandas as pd
+
+    col = adata.obs[key]
+    if not isinstance(col, pd.Series):  # lazy AnnData (anndata.experimental.read_lazy): an xarray column
+        col = pd.Series(np.asarray(col))
+    valid = col.notna().to_numpy() & (col.astype(str).str.strip() != "").to_numpy()
+    labels = col.astype(str).to_numpy(dtype=object)
+    if not valid.all():
+        warnings.warn(
+            f"Dropping {int((~valid).sum())} of {len(valid)} cells without a label in obs[{key!r}] from {what}.",
+            stacklevel=3,
+        )
+    return labels, valid

@@ -1,0 +1,67 @@
+"""``biomjepa.data.stream``: the one reader; chosen rows and small chunks give the same tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from biomjepa.data.stream import gather, iter_selected, iter_tokenized, iter_vocab_counts
+from biomjepa.data.tokenize import concat_cells
+from biomjepa.data.vocab import Vocab
+
+
+@pytest.fixture
+def mapped(counts_adata):
+    counts_adata.var["biomjepa_token"] = Vocab.default().index_of(counts_adata.var_names)
+    return counts_adata
+
+
+def _same(a, b):
+    for f in ("indptr", "genes", "values", "library"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
+
+
+def test_chunks_concatenate_to_one_pass(mapped):
+    (_, whole), = list(iter_tokenized(mapped, chunk=1000))
+    parts = list(iter_tokenized(mapped, chunk=7))
+    assert [r.start for r, _ in parts] == list(range(0, 60, 7))
+    _same(concat_cells([c for _, c in parts]), whole)
+
+
+def test_selected_rows_equal_subset(mapped):
+    (_, whole), = list(iter_tokenized(mapped))
+    rows = np.array([0, 3, 8, 9, 30, 59])
+    got = list(iter_selected(mapped, rows, chunk=8))
+    assert np.concatenate([p for p, _ in got]).tolist() == list(range(len(rows)))
+    assert len(got) == 4  # only the 8-row blocks holding a chosen row are read
+    _same(gather(mapped, rows, chunk=8), whole.subset(rows))
+    assert len(gather(mapped, np.zeros(0, np.int64))) == 0
+    with pytest.raises(ValueError, match="sorted, unique"):
+        gather(mapped, np.array([3, 1]))
+
+
+def test_explicit_token_and_where(mapped):
+    token = np.full(mapped.n_vars, -1)
+    token[:10] = np.arange(10)
+    (_, counts, totals), = list(iter_vocab_counts(mapped, token=token, vocab_size=10))
+    assert counts.shape == (60, 10)
+    np.testing.assert_allclose(totals, np.asarray(mapped.X.sum(1)).ravel())
+    mapped.X[0, 0] = 0.5
+    with pytest.raises(ValueError, match=r"myfile\.h5ad:X does not look like raw counts"):
+        list(iter_vocab_counts(mapped, where="myfile.h5ad:X"))
+
+
+def test_streamed_gene_stats_match_the_whole_matrix(mapped):
+    from biomjepa.tl._null import gene_stats, scan_gene_stats
+
+    V = Vocab.default().size
+    (_, whole), = list(iter_tokenized(mapped))
+    mean, det = gene_stats(whole.to_csr(V))
+    ids = {"p": np.array([1000, 1001, 1002])}
+    smean, sdet, hits = scan_gene_stats(mapped, layer=None, vocab_size=V, programmes=ids)
+    np.testing.assert_allclose(smean, mean, rtol=1e-6)
+    np.testing.assert_array_equal(sdet, det)
+    owner = np.repeat(np.arange(len(whole)), whole.lengths)
+    expect = np.zeros(len(whole), bool)
+    expect[owner[np.isin(whole.genes, ids["p"])]] = True
+    np.testing.assert_array_equal(hits["p"], expect)
