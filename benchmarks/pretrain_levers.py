@@ -25,6 +25,7 @@ VARIANTS = {
     "+cell-centre": ["gene_init=random", "cell_centre=true", "target_norm=false"],
     "v0.2-recipe": [],
     "+target-scale": ["target_scale=true"],
+    "depth-only-cell-centre": ["cell_centre=false", "cell_centre_depth=true"],
     "token": ["objective=token"],
     "random_block": ["objective=random_block"],
     "decoder": ["objective=decoder"],

@@ -51,3 +51,24 @@ def test_unit_rms_targets_have_rms_one_and_keep_direction():
     assert torch.allclose(torch.nn.functional.normalize(scaled, dim=1), torch.nn.functional.normalize(t, dim=1), atol=1e-6)
     assert torch.equal(unit_rms(torch.zeros(3, 2)), torch.zeros(3, 2))  # no division by zero
     assert TrainConfig().target_scale is False  # off by default: the v0.2 recipe is unchanged
+
+
+def test_depth_fit_removes_only_what_depth_predicts():
+    """cell_centre_depth: a level that is linear in log(detected genes) is removed exactly; what
+    differs between cells of equal depth survives; too few cells fit only the batch mean."""
+    from biomjepa.train.config import TrainConfig
+    from biomjepa.train.jepa import depth_fit
+
+    detected = torch.tensor([200.0, 200.0, 800.0, 800.0, 3200.0, 3200.0])
+    x = detected.log()
+    depth_part = (x - x.mean())[:, None] * torch.tensor([[2.0, -1.0, 0.5]]) + 3.0
+    identity = torch.tensor([[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]] * 3)  # same at every depth: uncorrelated
+    fitted = depth_fit(depth_part + identity, detected)
+    torch.testing.assert_close(fitted, depth_part, atol=1e-5, rtol=0)
+    torch.testing.assert_close(depth_part + identity - fitted, identity, atol=1e-5, rtol=0)
+    two = torch.randn(2, 3)
+    torch.testing.assert_close(depth_fit(two, torch.tensor([10.0, 99.0])), two.mean(0, keepdim=True).expand(2, 3))
+    with pytest.raises(ValueError, match="exclude each other"):
+        TrainConfig(target_centre="gene", cell_centre=True, cell_centre_depth=True)
+    with pytest.raises(ValueError, match="needs target_centre='gene'"):
+        TrainConfig(cell_centre_depth=True)

@@ -90,6 +90,7 @@ class TrainConfig:
     target_centre: Literal["global", "gene"] = "global"  # gene: per-gene EMA centre of teacher states
     cell_centre: bool = False  # also subtract each cell's mean (gene-centred) target-token state
     target_scale: bool = False  # divide centred block targets by their batch RMS (unit-scale targets)
+    cell_centre_depth: bool = False  # subtract only the depth-predicted part of each cell's target level
     # optimisation
     lr: float = 1e-4
     min_lr: float = 1e-6
@@ -121,6 +122,11 @@ class TrainConfig:
         for name in ("steps", "batch_size", "accumulation", "n_targets", "pred_layers", "pred_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.cell_centre and self.cell_centre_depth:
+            raise ValueError("cell_centre and cell_centre_depth exclude each other: the first removes the whole cell level, "
+                             "the second only its depth-predicted part; set one of them.")
+        if self.cell_centre_depth and self.target_centre != "gene":
+            raise ValueError("cell_centre_depth=True needs target_centre='gene' (it centres per-gene-centred token states).")
         if self.cell_centre and self.target_centre != "gene":
             raise ValueError("cell_centre=True needs target_centre='gene' (it centres per-gene-centred token states).")
         if self.tau <= 0:

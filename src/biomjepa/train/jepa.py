@@ -164,9 +164,32 @@ def teacher_targets(
     return unit_means(states, inputs.tgt_unit, inputs.valid.numel())
 
 
+def depth_fit(level: torch.Tensor, detected: torch.Tensor) -> torch.Tensor:
+    """Least-squares fit of ``level [n, D]`` on ``[1, log detected [n]]`` across the ``n`` cells.
+
+    The part of each cell's level that its depth (detected genes) predicts linearly within the
+    batch. With fewer than 3 cells, or cells of one depth, only the batch mean is fitted.
+    """
+    x = detected.clamp(min=1).log()
+    x = x - x.mean()
+    mean = level.mean(0, keepdim=True)
+    ss = (x * x).sum()
+    if level.shape[0] < 3 or float(ss) <= 1e-12:
+        return mean.expand_as(level)
+    slope = (x[:, None] * (level - mean)).sum(0, keepdim=True) / ss  # [1, D]
+    return mean + x[:, None] * slope
+
+
 @torch.no_grad()
 def centred_targets(
-    teacher: Encoder, inputs, n_units: int, centre: torch.Tensor, *, norm: bool = False, cell: bool = False
+    teacher: Encoder,
+    inputs,
+    n_units: int,
+    centre: torch.Tensor,
+    *,
+    norm: bool = False,
+    cell: bool = False,
+    cell_depth: bool = False,
 ):
     """Centred block targets ``[n·U, D]`` and the statistics that update the centre.
 
@@ -179,6 +202,10 @@ def centred_targets(
     ``cell=True`` (our addition, ``TrainConfig.cell_centre``) then subtracts each cell's mean
     centred target-token state, so a level shared by all of a cell's genes (its depth, read from
     the count-1 values and the library token that the student sees too) is not a target.
+    ``cell_depth=True`` (``TrainConfig.cell_centre_depth``) subtracts only the part of that cell
+    level that the batch's cells' depth predicts: the least-squares fit of the level on
+    ``[1, log detected genes]`` across the micro-batch (:func:`depth_fit`), so what differs
+    between cells of equal depth stays a target.
     """
     states = teacher_token_states(teacher, inputs, n_units, norm=norm)
     rows = inputs.valid.numel()
@@ -187,9 +214,11 @@ def centred_targets(
         return means - centre, means
     gene = inputs.tgt_gene
     centred = states - centre[gene]
-    if cell:
+    if cell or cell_depth:
         cells = torch.div(inputs.tgt_unit, n_units, rounding_mode="floor")
         level, _ = unit_means(centred, cells, inputs.valid.shape[0])
+        if cell_depth:
+            level = depth_fit(level, inputs.teacher.mask.sum(1).to(level.dtype))
         centred = centred - level[cells]
     targets, _ = unit_means(centred, inputs.tgt_unit, rows)
     sums = torch.zeros_like(centre).index_add_(0, gene, states)

@@ -143,7 +143,8 @@ def compute_objective(model, teacher, inputs, centre: torch.Tensor, cfg) -> tupl
         _embedding_regularizer(terms, emb, cfg)
         return terms, {"pred": flat_pred[valid].detach(), "centre_stats": None}
     targets, stats = centred_targets(
-        teacher, inputs, U, centre, norm=cfg.target_norm, cell=cfg.cell_centre
+        teacher, inputs, U, centre, norm=cfg.target_norm, cell=cfg.cell_centre,
+        cell_depth=getattr(cfg, "cell_centre_depth", False),
     )
     tgt = targets[valid]
     if cfg.target_scale:
