@@ -149,8 +149,8 @@ def ensure_file(args) -> tuple[Path, dict]:
     return path, stats
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_file_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that define the synthetic backed file (:func:`ensure_file`), shared with bench_backed_tools."""
     p.add_argument("--cells", type=int, default=100_000)
     p.add_argument("--genes", type=int, default=20_000)
     p.add_argument("--genes-per-cell", type=float, default=300, help="mean detected genes per cell")
@@ -158,6 +158,11 @@ def main() -> None:
     p.add_argument("--regenerate", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--chunk", type=int, default=10_000, help="rows per generated block")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_file_arguments(p)
     p.add_argument("--batch-size", type=int, default=None, help="tl.embed batch size (default bj.settings)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--interval", type=float, default=0.05, help="VmRSS sampling interval, s")

@@ -27,7 +27,7 @@ import warnings
 
 import numpy as np
 from _common import RssSampler, peak_rss_mib, reset_peak_rss, rss_mib, write_csv
-from bench_backed import ensure_file
+from bench_backed import add_file_arguments, ensure_file
 
 TARGET_MIB = 2048.0
 TOOLS = ("embed", "max_token", "ablate_programme")
@@ -57,13 +57,7 @@ def _run(tool: str, adata, args):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cells", type=int, default=100_000)
-    p.add_argument("--genes", type=int, default=20_000)
-    p.add_argument("--genes-per-cell", type=float, default=300, help="mean detected genes per cell")
-    p.add_argument("--workdir", default="/tmp/bj_backed")
-    p.add_argument("--regenerate", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--chunk", type=int, default=10_000, help="rows per generated block")
+    add_file_arguments(p)
     p.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS)
     p.add_argument("--ablate-cells", type=int, default=24, help="ablate_programme n_cells per group")
     p.add_argument("--batch-size", type=int, default=None, help="batch size (default bj.settings)")

@@ -13,22 +13,6 @@ from biomjepa.tl._ablate import ablate_programme, displacement, excess, matched_
 from biomjepa.tl._null import expression_bins, matched_random_set, quantile_bins
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture
-def mapped(counts_adata):
-    counts_adata.var["biomjepa_token"] = Vocab.default().index_of(counts_adata.var_names)
-    return counts_adata
-
-
 def test_displacement_and_excess_exact():
     z = np.array([[0.0, 0.0], [1.0, 1.0]])
     za = np.array([[3.0, 4.0], [1.0, 1.0]])

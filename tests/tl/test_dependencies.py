@@ -19,14 +19,6 @@ from biomjepa.train.target_errors import load_training_modules, target_errors
 MATCHED = {"p1": "a", "p2": "b", "p3": "c"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A 2-step ``tiny`` BioM-JEPA run on the synthetic corpus/graph of ``tests/train/_kit.py``."""
@@ -37,12 +29,6 @@ def run_dir(tmp_path_factory) -> Path:
 
     torch.set_num_threads(1)
     return pretrain(tiny_config(tmp_path_factory.mktemp("dep"), steps=2, run_name="dep"))
-
-
-@pytest.fixture
-def mapped(counts_adata):
-    counts_adata.var["biomjepa_token"] = Vocab.default().index_of(counts_adata.var_names)
-    return counts_adata
 
 
 def _programmes(adata):

@@ -23,14 +23,6 @@ from biomjepa.tl._finetune import finetune, load_finetuned, stratified_split
 KEY = "biomjepa_finetune"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.fixture
 def mapped(counts_adata):
     bj.pp.map_vocab(counts_adata)

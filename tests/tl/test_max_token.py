@@ -10,20 +10,6 @@ from biomjepa.data.vocab import Vocab
 from biomjepa.tl._max_token import max_token, max_token_shares, winner_fraction
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture
-def mapped(counts_adata):
-    counts_adata.var["biomjepa_token"] = Vocab.default().index_of(counts_adata.var_names)
-    return counts_adata
-
-
 def test_shares_and_winner_exact():
     # cell 0: tokens [tech, tech, g10, g20, g30]; D = 4
     hidden = torch.tensor([[
@@ -85,7 +71,6 @@ def test_max_token_bad_input(mapped, tiny_checkpoint):
 def test_top_expressed_baseline_recorded(mapped, tiny_checkpoint):
     """Each winner is compared with the trivial baseline: the cell's most-expressed gene."""
     from biomjepa.data.stream import gather
-    from biomjepa.data.vocab import Vocab
     from biomjepa.tl._max_token import top_expressed
 
     out = max_token(mapped, groupby="group", checkpoint=tiny_checkpoint, copy=True)

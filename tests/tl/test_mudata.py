@@ -16,16 +16,6 @@ import biomjepa as bj
 mudata = pytest.importorskip("mudata")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _protein(obs_names, seed=0) -> ad.AnnData:
     """5 antibody counts per cell, high on one of three markers by the cell's group (a/b/c)."""
     rng = np.random.default_rng(seed)

@@ -19,22 +19,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture
-def mapped(counts_adata):
-    counts_adata.var["biomjepa_token"] = Vocab.default().index_of(counts_adata.var_names)
-    return counts_adata
-
-
 @pytest.fixture
 def h5ad_path(mapped, tmp_path):
     path = tmp_path / "mapped.h5ad"

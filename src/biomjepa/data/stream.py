@@ -119,6 +119,14 @@ def iter_vocab_counts(
         yield rows, counts, totals
 
 
+def _tokenize(counts: sparse.csr_matrix, totals: np.ndarray, rows: slice) -> TokenizedCells:
+    """:func:`~biomjepa.data.tokenize.tokenize`, with errors naming the block's absolute rows."""
+    try:
+        return tokenize(counts, totals)
+    except ValueError as err:
+        raise ValueError(f"Cells {rows.start}..{rows.stop - 1}: {err}") from None
+
+
 def iter_tokenized(
     adata,
     *,
@@ -138,11 +146,7 @@ def iter_tokenized(
     for rows, counts, totals in iter_vocab_counts(
         adata, layer=layer, token_key=token_key, chunk=chunk, start=start, stop=stop
     ):
-        try:
-            cells = tokenize(counts, totals)
-        except ValueError as err:
-            raise ValueError(f"Cells {rows.start}..{rows.stop - 1}: {err}") from None
-        yield rows, cells
+        yield rows, _tokenize(counts, totals, rows)
 
 
 def iter_selected(
@@ -170,11 +174,7 @@ def iter_selected(
             if hi == lo:
                 continue
             local = rows[lo:hi] - sl.start
-            try:
-                cells = tokenize(counts[local], totals[local])
-            except ValueError as err:
-                raise ValueError(f"Cells {sl.start}..{sl.stop - 1}: {err}") from None
-            yield np.arange(lo, hi), cells
+            yield np.arange(lo, hi), _tokenize(counts[local], totals[local], sl)
 
 
 def gather(
@@ -188,8 +188,3 @@ def gather(
     parts = [cells for _, cells in iter_selected(adata, rows, layer=layer, token_key=token_key, chunk=chunk)]
     return concat_cells(parts)
 
-
-def n_rows(adata, *, start: int = 0, stop: int | None = None) -> int:
-    """Number of rows :func:`iter_tokenized` will yield for ``start``/``stop``."""
-    stop = adata.n_obs if stop is None else min(int(stop), adata.n_obs)
-    return max(0, stop - int(start))
