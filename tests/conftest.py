@@ -61,3 +61,24 @@ def counts_adata():
     a.obs_names = [f"cell{i}" for i in range(60)]
     a.obs["group"] = np.repeat(["a", "b", "c"], 20)
     return a
+
+
+@pytest.fixture
+def http_root(tmp_path, monkeypatch):
+    """A local HTTP server over ``tmp_path/"www"`` → ``(root, base_url)``; the checkpoint cache is redirected to ``tmp_path``."""
+    import functools
+    import http.server
+    import threading
+
+    import biomjepa as bj
+
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache")
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()

@@ -7,13 +7,10 @@ checkpoints written to temporary directories.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
 import json
 import random
 import shutil
-import threading
 from pathlib import Path
 
 import anndata as ad
@@ -157,20 +154,6 @@ def test_registry_entry_pins_every_file(ckpt, tmp_path, monkeypatch):
     (bundled / MANIFEST).unlink()  # removing the manifest does not make it a weights-only pin
     with pytest.raises(ValueError, match="does not match its registry checkpoint_sha256"):
         _pretrained.resolve_checkpoint("pinned")
-
-
-@pytest.fixture
-def http_root(tmp_path, monkeypatch):
-    root = tmp_path / "www"
-    root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a, **k: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache")
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
 
 
 def test_url_pin_covers_config_json(ckpt, http_root):

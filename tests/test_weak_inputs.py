@@ -8,13 +8,10 @@ run directory (T10b) live in ``tests/train/test_run_safety.py``, the graph cache
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import logging
 import shutil
 import sys
-import threading
 import warnings
 from pathlib import Path
 
@@ -187,20 +184,6 @@ def test_k7_malformed_config_json_names_the_file_and_key(unpinned, edit, named):
 
 
 # --------------------------------------------------------------------------- U: URLs and pins
-@pytest.fixture
-def http_root(tmp_path, monkeypatch):
-    root = tmp_path / "www"
-    root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a, **k: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache")
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
 def test_u2_upper_case_pin_is_accepted(tiny_checkpoint):
     digest = checkpoint_sha256(tiny_checkpoint)
     path, _ = _pretrained.resolve_checkpoint(tiny_checkpoint, sha256=digest.upper())

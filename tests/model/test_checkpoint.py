@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import shutil
-import threading
 
 import pytest
 import torch
@@ -87,20 +84,6 @@ def test_lazy_cached_loading(tmp_path):
     a, b = load_model(str(tmp_path / "c")), load_model(str(tmp_path / "c"))
     assert a is not b
     assert a.encoder.gene_embedding.weight.data_ptr() == b.encoder.gene_embedding.weight.data_ptr()
-
-
-@pytest.fixture
-def http_root(tmp_path):
-    root = tmp_path / "www"
-    root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a, **k: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
 
 
 def test_http_download_verified(http_root, tmp_path, monkeypatch):
