@@ -1,16 +1,19 @@
-"""Pretraining step throughput: cells/s, tokens/s and achieved GFLOP/s against a same-run GEMM.
+"""Pretraining step throughput of recipes side by side: cells/s, tokens/s and GFLOP/s against a same-run GEMM.
 
 Synthetic cells (``--genes`` observed genes each, drawn from a random graph's component) go
-through the real loop (:class:`biomjepa.train.loop.Trainer`: block sampling, teacher forward,
-student + predictor forward and backward, AdamW, EMA and centre updates), timed per optimizer step
-after one warm-up step. The matmul FLOPs of a step are counted, not estimated: one extra step runs
-under :class:`torch.utils.flop_counter.FlopCounterMode` (forward and backward, teacher, student and
-predictor), giving FLOPs per processed token (teacher + student tokens), which times the timed
-steps' tokens/s is the achieved rate. The reference is a float32 GEMM of shape
+through the real loop (:class:`biomjepa.train.loop.Trainer`: gene budget, block sampling, teacher
+forward, student + predictor forward and backward, AdamW, EMA and centre updates), timed per
+optimizer step after one warm-up step. Each ``--recipe NAME=YAML`` takes the step-cost keys of a
+run config (``RECIPE_KEYS``: batch size, token budgets, predictor shape, targets) from that file;
+block sizes are scaled to the synthetic gene universe, so every recipe sees the same cells. The
+recipes run one after the other in this process, and the first one is the baseline of the
+``speedup`` column. FLOPs are counted, not estimated: one extra step runs under
+:class:`torch.utils.flop_counter.FlopCounterMode`. The reference is a float32 GEMM of shape
 ``[batch·genes, d] @ [d, d_ff]`` measured in the same process. Prints a table, writes
-``results/bench_train_<preset>.csv``.
+``results/<--out>``.
 
-    python benchmarks/bench_train.py --preset mini --steps 5
+    python benchmarks/bench_train.py --recipe v0.2=models/biomjepa-mini-v0.2.yaml \\
+        --recipe v0.3=models/biomjepa-mini-v0.3.yaml --steps 5 --out bench_train_recipes.csv
     python benchmarks/bench_train.py --preset base --steps 2 --genes 1800 --batch 2
 """
 
@@ -24,8 +27,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "train"))
+
+#: The keys of a run config that set the cost of a step (everything else is taken from ``--preset``).
+RECIPE_KEYS = ("preset", "model", "model_overrides", "batch_size", "accumulation", "teacher_genes", "context_genes",
+               "n_targets", "pred_layers", "pred_heads", "pred_width", "objective", "target_centre", "cell_centre")
 
 
 def _step_tokens(row: dict) -> float:
@@ -33,42 +41,46 @@ def _step_tokens(row: dict) -> float:
     return row["tokens_per_s"] / row["cells_per_s"] * row["_cells"]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="mini", choices=["mini", "base"])
-    ap.add_argument("--steps", type=int, default=5, help="timed optimizer steps (after one warm-up)")
-    ap.add_argument("--genes", type=int, default=1500, help="observed genes per synthetic cell")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
-    ap.add_argument("--out", default=None, help="CSV name under results/ (default bench_train_<preset>.csv)")
-    args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+def recipe_overrides(spec: str) -> tuple[str, dict]:
+    """``NAME=YAML`` → (name, the YAML's :data:`RECIPE_KEYS`); ``NAME`` alone → the preset as it is."""
+    name, _, path = spec.partition("=")
+    if not path:
+        return name, {}
+    d = yaml.safe_load(Path(path).read_text()) or {}
+    return name, {k: d[k] for k in RECIPE_KEYS if k in d}
+
+
+def make_corpus(tmp: Path, n: int, genes: int, universe: int, V: int) -> str:
+    from scipy import sparse
+
+    rng = np.random.default_rng(0)
+    g = np.stack([np.sort(rng.choice(universe, genes, replace=False)) for _ in range(n)])
+    counts = rng.integers(1, 6, size=g.size).astype(np.float32)
+    X = sparse.csr_matrix((counts, g.ravel(), np.arange(0, g.size + 1, genes)), shape=(n, V))
+    (tmp / "d").mkdir(parents=True, exist_ok=True)
+    np.savez(tmp / "d" / "s.npz", data=X.data, indices=X.indices.astype(np.int32), indptr=X.indptr.astype(np.int64),
+             totals=np.asarray(X.sum(1)).ravel() * 1.1, rows=np.arange(n))
+    return str(tmp / "d" / "s.npz")
+
+
+def measure(name: str, over: dict, args, tmp: Path, graph: str, universe: int) -> dict:
+    """Time ``args.steps`` optimizer steps of one recipe (after a warm-up) and count one step's FLOPs."""
     import _kit
-    from _common import gemm_gflops, write_csv
+    from _common import gemm_gflops
     from torch.utils.flop_counter import FlopCounterMode
 
     from biomjepa.train import TrainConfig
     from biomjepa.train.distributed import init_distributed
     from biomjepa.train.loop import Trainer
 
-    _kit.UNIVERSE = max(4000, 2 * args.genes)
-    tmp = Path(tempfile.mkdtemp())
-    rng = np.random.default_rng(0)
-    from scipy import sparse
-
-    n = args.batch * (args.steps + 2)
-    g = np.stack([np.sort(rng.choice(_kit.UNIVERSE, args.genes, replace=False)) for _ in range(n)])
-    X = sparse.csr_matrix((np.ones(g.size, np.float32) * 3, g.ravel(), np.arange(0, g.size + 1, args.genes)),
-                          shape=(n, _kit.V))
-    (tmp / "d").mkdir()
-    np.savez(tmp / "d" / "s.npz", data=X.data, indices=X.indices.astype(np.int32), indptr=X.indptr.astype(np.int64),
-             totals=np.full(n, 3.0 * args.genes), rows=np.arange(n))
+    over = {"preset": args.preset, "batch_size": args.batch, "accumulation": 1, **over}
+    cells = over["batch_size"] * over["accumulation"]
+    corpus = make_corpus(tmp / name, cells * (args.steps + 2), args.genes, universe, _kit.V)
     cfg = TrainConfig.from_dict({
-        "preset": args.preset, "corpus": [str(tmp / "d" / "s.npz")], "cache_dir": str(tmp / "c"),
-        "graph": _kit.make_graph(tmp), "out_dir": str(tmp / "r"), "batch_size": args.batch, "accumulation": 1,
-        "steps": args.steps + 2, "min_block": int(0.1 * _kit.UNIVERSE), "max_block": int(0.4 * _kit.UNIVERSE),
-        "min_context": 64, "progress": False, "tensorboard": False, "checkpoint_every": 10**9})
+        **over, "corpus": [corpus], "cache_dir": str(tmp / name / "c"), "graph": graph,
+        "out_dir": str(tmp / name / "r"), "steps": args.steps + 2, "min_block": int(0.1 * universe),
+        "max_block": int(0.4 * universe), "min_context": 64, "progress": False, "tensorboard": False,
+        "checkpoint_every": 10**9, "gene_init": "random", "probe": None})
     tr = Trainer(cfg, init_distributed(cfg.device))
     data = tr.batches()
 
@@ -77,32 +89,57 @@ def main() -> None:
         row = tr.train_step(data)
         dt = time.perf_counter() - t0
         tr.step += 1
-        return row | {"_cells": args.batch * cfg.accumulation}, dt
+        return row | {"_cells": cells}, dt
 
     step()  # warm-up
     timed = [step() for _ in range(args.steps)]
     with FlopCounterMode(display=False) as counter:
         counted, _ = step()
     flops_per_token = counter.get_total_flops() / _step_tokens(counted)
-
     dt = float(np.mean([t for _, t in timed]))
     tokens = float(np.mean([_step_tokens(r) for r, _ in timed]))
     mc = cfg.model_config()
     gflops = flops_per_token * tokens / dt / 1e9
-    gemm = gemm_gflops(args.batch * args.genes, mc.d_model, mc.d_ff)
-    row = {
-        "preset": args.preset, "device": str(tr.info.device), "threads": torch.get_num_threads(),
-        "batch_size": args.batch, "genes_per_cell": args.genes, "timed_steps": args.steps,
-        "step_s": dt, "cells_per_s": args.batch / dt, "tokens_per_s": tokens / dt,
-        "flops_per_token": flops_per_token, "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,
+    gemm = gemm_gflops(cfg.batch_size * args.genes, mc.d_model, mc.d_ff)
+    return {
+        "recipe": name, "preset": args.preset, "device": str(tr.info.device), "threads": torch.get_num_threads(),
+        "batch_size": cfg.batch_size, "accumulation": cfg.accumulation, "teacher_genes": cfg.teacher_genes,
+        "context_genes": cfg.context_genes, "genes_per_cell": args.genes, "timed_steps": args.steps, "step_s": dt,
+        "cells_per_s": cells / dt, "tokens_per_cell": tokens / cells, "tokens_per_s": tokens / dt,
+        "flops_per_token": flops_per_token, "gflops_per_cell": flops_per_token * tokens / cells / 1e9,
+        "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,
         "loss_first": timed[0][0]["loss"], "loss_last": timed[-1][0]["loss"],
     }
-    path = write_csv([row], args.out or f"bench_train_{args.preset}.csv")
-    print(f"preset={args.preset} device={row['device']} threads={row['threads']} batch={args.batch} "
-          f"genes/cell={args.genes}")
-    print(f"step {dt:.3f} s | {row['cells_per_s']:.2f} cells/s | {row['tokens_per_s']:.0f} tokens/s | "
-          f"{flops_per_token / 1e6:.1f} MFLOP/token (counted) | {gflops:.1f} GFLOP/s | same-run GEMM "
-          f"{gemm:.1f} GFLOP/s | ratio {row['fraction_of_gemm']:.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="mini", choices=["mini", "base"])
+    ap.add_argument("--recipe", action="append", default=None,
+                    help="NAME=CONFIG.yaml (repeatable; the first is the baseline); default: the preset alone")
+    ap.add_argument("--steps", type=int, default=5, help="timed optimizer steps (after one warm-up)")
+    ap.add_argument("--genes", type=int, default=1500, help="observed genes per synthetic cell")
+    ap.add_argument("--batch", type=int, default=8, help="batch size of recipes that do not set one")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    ap.add_argument("--out", default=None, help="CSV name under results/ (default bench_train_<preset>.csv)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    import _kit
+    from _common import write_csv
+
+    universe = _kit.UNIVERSE = max(4000, 2 * args.genes)
+    tmp = Path(tempfile.mkdtemp())
+    graph = _kit.make_graph(tmp)
+    rows = [measure(name, over, args, tmp, graph, universe) for name, over in map(recipe_overrides, args.recipe or [args.preset])]
+    for r in rows:
+        r["speedup"] = r["cells_per_s"] / rows[0]["cells_per_s"]
+    path = write_csv(rows, args.out or f"bench_train_{args.preset}.csv")
+    print(f"preset={args.preset} threads={rows[0]['threads']} genes/cell={args.genes} device={rows[0]['device']}")
+    for r in rows:
+        print(f"{r['recipe']:>8}: batch {r['batch_size']:>3} | step {r['step_s']:.3f} s | {r['cells_per_s']:7.1f} cells/s "
+              f"(x{r['speedup']:.2f}) | {r['tokens_per_cell']:.0f} tokens/cell | {r['gflops_per_cell']:.2f} GFLOP/cell | "
+              f"{r['gflops']:.1f} GFLOP/s = {r['fraction_of_gemm']:.2f} of same-run GEMM ({r['gemm_gflops']:.1f})")
     print(f"wrote {path}")
 
 

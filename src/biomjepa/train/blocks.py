@@ -4,7 +4,9 @@ For cell ``i`` with observed genes ``O_i`` and each of ``K`` targets (paper, Sup
 target-block definition"): seed ``r ~ Uniform(O_i)``; requested size ``L ~ U{min_block..max_block}``;
 candidate block ``B = BFS(A, r, L)`` over the out-neighbour table ``A``; target ``T = B ∩ O_i``;
 block id ``c`` = median vocabulary index of ``B``; context ``C_i = O_i \\ ∪_k T_k``, replaced by
-``O_i`` when ``|C_i| < min_context`` (safeguard); DMT candidates ``C_i ∩ N_64^coexp(c)``.
+``O_i`` when ``|C_i| < min_context`` (safeguard); DMT candidates ``C_i ∩ N_64^coexp(c)``. With
+``max_context`` (our addition, for cheap steps) the context is then a uniform subset of at most that
+many of ``C_i``, drawn before the DMT candidates.
 
 Everything is numpy and vectorised over all ``n_cells × K`` (cell, target) pairs of a batch: the
 BFS expands all pairs' frontiers level by level at once (no per-node Python loop).
@@ -16,6 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
+
+from .views import keep_mask
 
 PAPER_VOCAB_SIZE = 19264
 PAPER_MEDIAN_GENES = 3463
@@ -38,6 +42,7 @@ class BlockConfig:
     mode: Literal["graph", "random"] = "graph"
     dmt_k: int = 64
     random_ratio: tuple[float, float] | None = None
+    max_context: int | None = None  # cap on the student's context genes per cell (uniform subset)
 
     def __post_init__(self) -> None:
         if self.mode not in ("graph", "random"):
@@ -46,6 +51,8 @@ class BlockConfig:
             raise ValueError(f"Need 1 ≤ min_block ≤ max_block, got {self.min_block}, {self.max_block}.")
         if self.n_targets < 1 or self.min_context < 0 or self.dmt_k < 1:
             raise ValueError("Need n_targets ≥ 1, min_context ≥ 0 and dmt_k ≥ 1.")
+        if self.max_context is not None and self.max_context < 1:
+            raise ValueError(f"max_context must be ≥ 1 or None, got {self.max_context}.")
 
 
 def block_rng(seed: int, step: int, rank: int = 0, worker: int = 0) -> np.random.Generator:
@@ -291,6 +298,8 @@ def sample_blocks(
     nominal = lengths - np.bincount(cell_of[union], minlength=n)
     fallback = nominal < cfg.min_context
     context = ~union | fallback[cell_of]
+    if cfg.max_context is not None:
+        context = keep_mask(indptr, context, cfg.max_context, rng)
 
     cand = np.bincount(cp, minlength=P)
     block_id = _lower_median(member, P, V)

@@ -61,6 +61,11 @@ class TrainConfig:
     min_context: int = 512
     dmt_k: int = 64
     random_ratio: tuple[float, float] | None = (0.104, 0.415)
+    # per-cell token budgets (our addition; None = every observed gene, the paper): the teacher's view
+    # of a cell keeps at most ``teacher_genes`` genes (blocks and context are drawn inside it), the
+    # student's context at most ``context_genes`` (docs/pretraining_notes.md, "cheap steps")
+    teacher_genes: int | None = None
+    context_genes: int | None = None
     # model
     model: str = "base"
     model_overrides: dict = field(default_factory=dict)
@@ -122,6 +127,9 @@ class TrainConfig:
         for name in ("steps", "batch_size", "accumulation", "n_targets", "pred_layers", "pred_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        for name in ("teacher_genes", "context_genes"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 or null (no budget), got {getattr(self, name)}.")
         if self.cell_centre and self.cell_centre_depth:
             raise ValueError("cell_centre and cell_centre_depth exclude each other: the first removes the whole cell level, "
                              "the second only its depth-predicted part; set one of them.")
@@ -216,6 +224,7 @@ class TrainConfig:
             mode="random" if random else "graph",
             dmt_k=self.dmt_k,
             random_ratio=self.random_ratio if random else None,
+            max_context=self.context_genes,
         )
 
 

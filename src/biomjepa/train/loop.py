@@ -34,6 +34,7 @@ from .jepa import JEPA
 from .objectives import compute_objective, effective_rank
 from .runlock import lock_run_dir, unlock_run_dir
 from .schedules import lr_at, momentum_at
+from .views import gene_budget
 
 logger = logging.getLogger(__name__)
 LOG_FIELDS = [
@@ -287,9 +288,10 @@ class Trainer:
     def _micro(self, batch, micro: int):
         cfg, info = self.cfg, self.info
         rng = block_rng(cfg.seed, self.step, info.rank, micro)
-        sample = sample_blocks(batch.cells.indptr, batch.cells.genes, self.graph, cfg.block_config(), rng,
+        cells = gene_budget(batch.cells, cfg.teacher_genes, rng)
+        sample = sample_blocks(cells.indptr, cells.genes, self.graph, cfg.block_config(), rng,
                                vocab_size=self.model.config.vocab_size)
-        inputs = build_inputs(batch.cells, sample, self.model.config.vocab_size, objective=cfg.objective,
+        inputs = build_inputs(cells, sample, self.model.config.vocab_size, objective=cfg.objective,
                               token_cap=cfg.token_cap, rng=rng).to(info.device)
         if cfg.log_cell_ids:
             with open(self.run_dir / f"cell_ids_rank{info.rank}.txt", "a") as f:
