@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -50,6 +53,66 @@ def test_killed_rank_then_rerun_matches(atlas_cli, one_process, atlas_inputs, ti
     resumed = _arrays(store)
     for k in resumed:
         assert np.array_equal(resumed[k], one_process[k]), k
+
+
+HOLD = """
+import sys
+from biomjepa.embed.store import lock_store
+held = lock_store(sys.argv[1])
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_held_store_refuses_a_second_command_and_its_overwrite(atlas_cli, one_process, atlas_inputs,
+                                                                tiny_checkpoint, tmp_path):
+    """Issue 24: a second command on a store another process holds stops, naming it; --overwrite deletes nothing."""
+    store = tmp_path / "held.zarr"
+    assert atlas_cli(_args(atlas_inputs, store, tiny_checkpoint)).returncode == 0
+    before = sorted(p.relative_to(store) for p in store.rglob("*"))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        for extra in ([], ["--overwrite"]):
+            r = atlas_cli(_args(atlas_inputs, store, tiny_checkpoint, *extra))
+            assert r.returncode == 1, r.stderr
+            assert "in use by another process" in r.stderr and f"pid {holder.pid}" in r.stderr, r.stderr
+            assert "Traceback" not in r.stderr
+            assert sorted(p.relative_to(store) for p in store.rglob("*")) == before
+            for k, Z in _arrays(store).items():
+                assert np.array_equal(Z, one_process[k]), k
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    r = atlas_cli(_args(atlas_inputs, store, tiny_checkpoint, "--overwrite"))  # the holder is gone: no stale lock
+    assert r.returncode == 0 and "complete, 470 cells" in r.stdout, r.stderr
+
+
+def test_two_commands_started_together_one_store(one_process, atlas_inputs, tiny_checkpoint, tmp_path):
+    """Issue 24: two commands with different checkpoints on one new store: never both "complete"; the
+    store holds the winner's embeddings only."""
+    import os
+
+    import torch
+
+    from biomjepa.model import BiomJEPA, save_checkpoint
+    from biomjepa.nn import ModelConfig
+
+    torch.manual_seed(1)
+    other = str(save_checkpoint(BiomJEPA(ModelConfig.preset("tiny")), tmp_path / "ck2"))
+    store = tmp_path / "race.zarr"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "biomjepa.embed", *_args(atlas_inputs, store, ck)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for ck in (tiny_checkpoint, other)]
+    outs = [(p.wait(timeout=600), *p.communicate()) for p in procs]
+    assert sorted(code for code, _, _ in outs) == [0, 1], outs
+    loser = next(err for code, _, err in outs if code)
+    assert "in use by another process" in loser or "made by a different command" in loser, loser
+    first_won = outs[0][0] == 0
+    for k, Z in _arrays(store).items():
+        assert np.array_equal(Z, one_process[k]) == first_won, k
 
 
 def test_biomjepa_embed_store_dispatch(atlas_inputs, tiny_checkpoint, tmp_path, capsys):

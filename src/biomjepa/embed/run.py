@@ -8,11 +8,15 @@ blocks that are not yet ``done`` in the store, each through the package's one st
 whatever the number of ranks or the run that does it, so the store's contents do not depend on
 either, bit for bit. Ranks share nothing but the store: no collective, no process group. Rank 0
 creates (or checks) the store first, and at the end waits until every block is done, marks the
-store complete and, with ``write_obsm``, copies the result into each input's ``obsm``.
+store complete and, with ``write_obsm``, copies the result into each input's ``obsm``. Rank 0
+holds the store's lock (:func:`biomjepa.embed.store.lock_store`) from before it looks at the store
+to the end, so a second command on the same store (``--overwrite`` included) stops with an error
+naming the first instead of writing or deleting under it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import resource
@@ -22,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .inputs import AtlasInput, open_input, resolve_inputs
-from .store import FORMAT, AtlasStore, manifest_differences
+from .store import FORMAT, AtlasStore, lock_store, manifest_differences
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +90,8 @@ def embed_atlas(
         Once the store is complete, replace each input by a copy with ``obsm["X_biomjepa"]`` and
         ``uns["biomjepa"]["params"]`` (rank 0; temporary file + rename).
     overwrite
-        Start a store that exists again from nothing (one process only).
+        Start a store that exists again from nothing (one process only; never a store that another
+        command holds).
     rank, world
         Default: torchrun's ``RANK`` and ``WORLD_SIZE`` (a single process without them).
     wait_timeout
@@ -96,6 +101,11 @@ def embed_atlas(
     -------
     dict: this rank's ``rank``, ``world``, ``blocks``, ``cells``, ``seconds``, ``cells_per_s``,
     ``peak_rss_mib``, the store's ``complete`` flag and (rank 0) ``n_obs`` over all inputs.
+
+    Raises
+    ------
+    biomjepa._files.LockBusy
+        Another command holds the store (rank 0 holds its lock while it runs); names that process.
     """
     from .._device import resolve_device
     from .._pretrained import load_model
@@ -108,31 +118,33 @@ def embed_atlas(
         raise ValueError("--overwrite needs a single process; delete the store (rm -r) before a multi-process run")
     inps = resolve_inputs(list(inputs), writable=write_obsm)
     store = check_store_path(store)
-    dev = resolve_device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = _cuda(local)
-    model = load_model(checkpoint)
-    bs = int(batch_size or settings.batch_size)
-    wanted = _manifest(model, inps, block_rows=block_rows, batch_size=bs, dev=dev, layer=layer,
-                       gene_key=gene_key, species=species, id_type=id_type)
-    map_kw = {"gene_key": gene_key, "species": species, "id_type": id_type, "layer": layer}
-    st = _open_store(store, wanted, inps, rank=rank, overwrite=overwrite, wait_timeout=wait_timeout, map_kw=map_kw)
+    # rank 0 creates, overwrites and completes the store: it holds the store's lock throughout
+    with lock_store(store) if rank == 0 else contextlib.nullcontext():
+        dev = resolve_device(device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = _cuda(local)
+        model = load_model(checkpoint)
+        bs = int(batch_size or settings.batch_size)
+        wanted = _manifest(model, inps, block_rows=block_rows, batch_size=bs, dev=dev, layer=layer,
+                           gene_key=gene_key, species=species, id_type=id_type)
+        map_kw = {"gene_key": gene_key, "species": species, "id_type": id_type, "layer": layer}
+        st = _open_store(store, wanted, inps, rank=rank, overwrite=overwrite, wait_timeout=wait_timeout, map_kw=map_kw)
 
-    t0 = time.perf_counter()
-    cells, blocks = _embed_my_blocks(st, model, inps, rank=rank, world=world, map_kw=map_kw,
-                                     batch_size=bs, device=dev, layer=layer)
-    seconds = time.perf_counter() - t0
-    out = {"rank": rank, "world": world, "blocks": blocks, "cells": cells, "seconds": seconds,
-           "cells_per_s": cells / seconds if seconds > 0 else 0.0,
-           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "complete": False}
-    if rank == 0:
-        _finish(st, wait_timeout=None)
-        if write_obsm and not st.root.attrs.get("obsm_written", False):
-            from .obsm import write_obsm_all
+        t0 = time.perf_counter()
+        cells, blocks = _embed_my_blocks(st, model, inps, rank=rank, world=world, map_kw=map_kw,
+                                         batch_size=bs, device=dev, layer=layer)
+        seconds = time.perf_counter() - t0
+        out = {"rank": rank, "world": world, "blocks": blocks, "cells": cells, "seconds": seconds,
+               "cells_per_s": cells / seconds if seconds > 0 else 0.0,
+               "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "complete": False}
+        if rank == 0:
+            _finish(st, wait_timeout=None)
+            if write_obsm and not st.root.attrs.get("obsm_written", False):
+                from .obsm import write_obsm_all
 
-            write_obsm_all(st)
-        out["n_obs"] = sum(i["n_obs"] for i in st.manifest["inputs"])
-        out["complete"] = True
+                write_obsm_all(st)
+            out["n_obs"] = sum(i["n_obs"] for i in st.manifest["inputs"])
+            out["complete"] = True
     return out
 
 

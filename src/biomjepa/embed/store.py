@@ -13,16 +13,23 @@ Layout of ``OUT.zarr`` (zarr v3, a directory)::
 A block's rows are written first and its ``done`` entry after, each as its own chunk file (zarr's
 local store writes a chunk to a temporary file and renames it), so a process killed mid-block
 leaves that block not done, and a re-run redoes exactly it.
+
+One command at a time: the process that creates, overwrites and completes a store (rank 0) holds
+an exclusive lock on ``.OUT.zarr.lock`` beside it (``OUT.zarr/.lock`` where the parent directory is
+read-only) from before it looks at the store until it ends (:func:`lock_store`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
 
 import numpy as np
+
+from .._files import Lock, lock
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +38,25 @@ KEY = "biomjepa_atlas"
 OBSM = "X_biomjepa"
 #: Manifest entries that change the embedding of a cell; a store is only resumed when all match.
 COMPARED = ("format", "checkpoint_sha256", "embedding_dim", "block_rows", "settings")
+#: The lock file's name inside a store (used only where the store's parent directory is read-only).
+INNER_LOCK = ".lock"
+
+
+def lock_store(path: str | Path) -> Lock:
+    """The exclusive lock of the store ``path`` for this process (see the module docstring).
+
+    Raises
+    ------
+    biomjepa._files.LockBusy
+        Another process holds it; the message names its pid, host and command.
+    """
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    beside = path.with_name(f".{path.name}.lock")
+    where = beside if beside.exists() or os.access(parent, os.W_OK | os.X_OK) or not path.is_dir() else path / INNER_LOCK
+    return lock(where, what=f"The atlas store {path}",
+                fix="Two commands writing one store mix their embeddings, and --overwrite would delete it under the "
+                    "other: wait for that one to finish, or give this one another --store.")
 
 
 def block_bounds(n_obs: int, block_rows: int) -> list[tuple[int, int]]:
@@ -69,9 +95,14 @@ class AtlasStore:
         import zarr
 
         path = Path(path)
-        if path.exists():
-            shutil.rmtree(path)
-        root = zarr.open_group(str(path), mode="w")
+        for child in path.iterdir() if path.is_dir() else []:  # a lock file inside stays
+            if child.name == INNER_LOCK:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        root = zarr.open_group(str(path), mode="a")
         root.attrs.update({KEY: {"format": FORMAT, "state": "creating"}, "complete": False})
         rows, dim = manifest["block_rows"], manifest["embedding_dim"]
         for inp in manifest["inputs"]:
@@ -92,7 +123,7 @@ class AtlasStore:
         import zarr
 
         path = Path(path)
-        if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+        if not path.exists() or (path.is_dir() and not [c for c in path.iterdir() if c.name != INNER_LOCK]):
             return "absent"
         try:
             attrs = zarr.open_group(str(path), mode="r").attrs

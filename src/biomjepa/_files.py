@@ -1,0 +1,253 @@
+"""Files the package writes: temporary files that cannot be redirected, and locks between processes.
+
+:func:`atomic_path` hands out a fresh temporary file next to a target and renames it over the
+target once written. Its name is random and it is created exclusively (:func:`tempfile.mkstemp`,
+``O_EXCL``), so another user who can write to the directory cannot plant a symlink under a name
+the package is about to write and make it overwrite a file elsewhere.
+
+:func:`lock` takes an ``flock`` on a lock file: exclusive for a process that writes a store or
+cache, shared for processes that read one. The kernel releases it when the process ends, so a
+crash never leaves a stale lock. Within one process the locks on one file are counted (a reader
+that then (re)writes upgrades its own shared lock); a process refused a lock gets a
+:class:`LockBusy` naming the holders (from ``/proc/locks`` where there is one, else the record an
+exclusive holder writes into the lock file: pid, host and command). Platforms without ``fcntl``
+(Windows) run unlocked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+logger = logging.getLogger(__name__)
+
+
+# -- temporary files ------------------------------------------------------------------------------
+def _umask() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # pragma: no cover - no /proc
+    os.umask(mask)  # pragma: no cover
+    return mask  # pragma: no cover
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[Path]:
+    """A new, empty temporary file in ``target``'s directory, renamed over ``target`` when the block succeeds.
+
+    The name is random (``.<target name>.<random><suffix>``) and the file is created exclusively,
+    so it never follows a symlink planted in the directory. It gets the permissions of the file it
+    replaces, else ``0o666`` less the umask (as ``open`` would give). When the block raises, the
+    temporary file is removed and ``target`` is left as it was.
+
+    Examples
+    --------
+    >>> with atomic_path(out, suffix=".h5ad") as tmp:  # doctest: +SKIP
+    ...     adata.write_h5ad(tmp)
+    """
+    target = Path(target)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        try:
+            mode = os.stat(target).st_mode & 0o7777
+        except OSError:
+            mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(target: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``target`` through :func:`atomic_path`."""
+    with atomic_path(target) as tmp:
+        tmp.write_text(text)
+
+
+# -- locks ----------------------------------------------------------------------------------------
+class LockBusy(RuntimeError):
+    """Another process holds a lock this process needs; the message names it and what to do."""
+
+
+@dataclass
+class _Held:
+    fd: int
+    pid: int
+    shared: int = 0
+    exclusive: int = 0
+
+
+_HELD: dict[str, _Held] = {}  # lock file (real path) → this process' descriptor and counts
+
+
+class Lock:
+    """One acquisition of :func:`lock`; :meth:`release` (or leaving a ``with`` block) gives it back."""
+
+    def __init__(self, key: str, shared: bool) -> None:
+        self.key, self.shared, self._released = key, shared, False
+
+    def release(self) -> None:
+        """Give this acquisition back (idempotent; the file stays locked while others of this process hold it)."""
+        if self._released:
+            return
+        self._released = True
+        _release(self.key, self.shared)
+
+    def __enter__(self) -> Lock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def lock(path: str | os.PathLike, *, shared: bool = False, what: str, fix: str) -> Lock:
+    """Lock ``path`` (created if needed): exclusive, or ``shared`` with other readers; never waits.
+
+    Parameters
+    ----------
+    what
+        What is locked, for the error (``"The atlas store OUT.zarr"``).
+    fix
+        What the user can do instead, appended to the error.
+
+    Raises
+    ------
+    LockBusy
+        Another process holds the lock in a conflicting mode; the message names it.
+    """
+    path = Path(path)
+    key = os.path.realpath(path)
+    held = _HELD.get(key)
+    if held is not None and held.pid != os.getpid():  # inherited through fork: the parent's, not ours
+        _HELD.pop(key)
+        os.close(held.fd)
+        held = None
+    if fcntl is None:  # pragma: no cover - Windows
+        return Lock(key, shared)
+    if held is None:
+        fd = _open(path)
+        if fd is None:
+            return Lock(key, shared)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LockBusy(_busy_message(path, what, fix)) from None
+        held = _HELD[key] = _Held(fd, os.getpid())
+    elif not shared and not held.exclusive:  # this process reads it: upgrade, if no other process does
+        try:
+            fcntl.flock(held.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _relock_shared(held, key)  # a failed conversion drops the shared lock: take it back
+            raise LockBusy(_busy_message(path, what, fix)) from None
+    if shared:
+        held.shared += 1
+    else:
+        held.exclusive += 1
+        _write_record(held.fd)
+    return Lock(key, shared)
+
+
+def _open(path: Path) -> int | None:
+    """A descriptor on the lock file; read-only on an existing file in a read-only place; ``None`` when neither."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:
+        pass
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as err:
+        logger.debug("cannot open the lock file %s (%s); running without a lock", path, err)
+        return None
+
+
+def _release(key: str, shared: bool) -> None:
+    held = _HELD.get(key)
+    if held is None or held.pid != os.getpid():
+        return
+    if shared:
+        held.shared -= 1
+    else:
+        held.exclusive -= 1
+    if held.shared <= 0 and held.exclusive <= 0:
+        fcntl.flock(held.fd, fcntl.LOCK_UN)
+        os.close(held.fd)
+        _HELD.pop(key)
+    elif not shared and not held.exclusive:  # still read by this process: back to a shared lock
+        _relock_shared(held, key)
+
+
+def _relock_shared(held: _Held, key: str) -> None:
+    try:
+        fcntl.flock(held.fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        logger.warning("lost the shared lock on %s to another process", key)
+
+
+def _write_record(fd: int) -> None:
+    """Record the exclusive holder (pid, host, command) in the lock file, for other processes' errors."""
+    record = f"pid {os.getpid()} on {socket.gethostname()}: {_command(os.getpid())}\n"
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record.encode(), 0)
+    except OSError:  # a read-only lock file
+        pass
+
+
+def _command(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        text = " ".join(a.decode(errors="replace") for a in raw.split(b"\0") if a)
+    except OSError:
+        text = " ".join(sys.argv) if pid == os.getpid() else ""
+    return (text[:200] + "…") if len(text) > 200 else (text or "unknown command")
+
+
+def holders(path: str | os.PathLike) -> list[str]:
+    """Other processes holding an ``flock`` on ``path``, from ``/proc/locks`` (empty where it cannot tell)."""
+    try:
+        st = os.stat(path)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    out = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "FLOCK" or parts[5] != dev:  # "->" lines (waiters) have another layout
+            continue
+        pid = parts[4]
+        if pid == str(os.getpid()):  # this process' own lock (e.g. the shared one it tried to upgrade)
+            continue
+        mode = "reading it" if parts[3] == "READ" else "writing it"
+        out.append(f"pid {pid} ({_command(int(pid)) if pid.isdigit() else 'unknown command'}), {mode}")
+    return out
+
+
+def _busy_message(path: Path, what: str, fix: str) -> str:
+    who = holders(path)
+    if not who:  # no /proc: the record of the last exclusive holder
+        with contextlib.suppress(OSError):
+            who = [line for line in path.read_text().splitlines() if line.strip()][:1]
+    names = "; ".join(dict.fromkeys(who)) or "unknown process"
+    return f"{what} is in use by another process ({names}). {fix}"
