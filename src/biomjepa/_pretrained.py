@@ -6,7 +6,9 @@ A checkpoint reference is one of
 - a local checkpoint directory (``config.json`` + ``model.safetensors``);
 - an ``http(s)://`` base URL serving the checkpoint's files, pinned by the sha256 of the whole
   checkpoint (:func:`biomjepa.model.checkpoint_sha256`, the hash of its ``SHA256SUMS`` manifest)
-  given as ``"URL#sha256=HEX"`` or ``sha256=``: every downloaded file is verified.
+  given as ``"URL#sha256=HEX"`` or ``sha256=``: every downloaded file is verified. A download
+  shows a progress bar at ``bj.settings.verbosity >= 2`` and stops with an error once it has
+  taken ``bj.settings.download_timeout`` seconds, however slowly the server trickles.
 
 :func:`load_model` loads a checkpoint once and hands every caller its own module sharing the
 cached weights: moving it to another device (``model.to("cuda")``) or switching its mode never
@@ -19,13 +21,15 @@ import hashlib
 import logging
 import os
 import re
-import shutil
+import tempfile
+import time
 import urllib.error
 import urllib.request
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from ._files import atomic_path
 from ._settings import settings
 
 logger = logging.getLogger(__name__)
@@ -130,30 +134,74 @@ def _check_pin(path: Path, digest: str, where: str) -> None:
     raise ValueError(f"Checkpoint {where} has sha256 {actual}, expected {digest}; refusing it.")
 
 
-def _fetch(url: str, dest: Path) -> bool:
-    """Download ``url`` to ``dest`` (via a ``.part`` file); ``False`` on HTTP 404."""
-    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.part")
+#: The longest a single read may wait for data (less when the download's deadline is nearer).
+READ_TIMEOUT = 60.0
+
+
+class DownloadTimeout(TimeoutError):
+    """A checkpoint download did not finish within ``bj.settings.download_timeout``."""
+
+
+def _fetch(url: str, dest: Path, deadline: float) -> bool:
+    """Download ``url`` to ``dest`` (through a temporary file) before ``deadline`` (``time.monotonic``);
+    ``False`` on HTTP 404."""
     logger.info("Downloading %s", url)
     try:
-        with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
-            shutil.copyfileobj(r, f)
+        with (atomic_path(dest, suffix=".part") as tmp, open(tmp, "wb") as f,
+              urllib.request.urlopen(url, timeout=_read_timeout(url, deadline)) as r):
+            _copy(r, f, url, deadline)
+    except DownloadTimeout:
+        raise
     except urllib.error.URLError as err:  # HTTPError included
-        tmp.unlink(missing_ok=True)
         if getattr(err, "code", None) == 404:
             return False
+        _raise_if_late(url, deadline, err)
         raise OSError(
             f"Could not download {url}: {getattr(err, 'reason', err)}. Check the URL and the network, or download "
             "the checkpoint's files (SHA256SUMS, config.json, model.safetensors) yourself and pass their directory "
             "as `checkpoint=`."
         ) from err
     except OSError as err:  # timeouts, connection resets
-        tmp.unlink(missing_ok=True)
+        _raise_if_late(url, deadline, err)
         raise OSError(
             f"Could not download {url}: {err}. Retry, or download the checkpoint's files yourself and pass their "
             "directory as `checkpoint=`."
         ) from err
-    os.replace(tmp, dest)
     return True
+
+
+def _copy(r, f, url: str, deadline: float) -> None:
+    """Copy response ``r`` into file ``f`` with a progress bar (verbosity >= 2), stopping at ``deadline``."""
+    from tqdm.auto import tqdm
+
+    sock = getattr(getattr(r.fp, "raw", None), "_sock", None)  # to shorten each read's timeout near the deadline
+    size = r.headers.get("Content-Length")
+    with tqdm(total=int(size) if size and size.isdigit() else None, unit="B", unit_scale=True, unit_divisor=1024,
+              desc=url.rsplit("/", 1)[-1], disable=not settings.show_progress, leave=False) as bar:
+        while True:
+            timeout = _read_timeout(url, deadline)
+            if sock is not None:
+                sock.settimeout(timeout)
+            chunk = r.read1(1 << 20)
+            if not chunk:
+                return
+            f.write(chunk)
+            bar.update(len(chunk))
+
+
+def _read_timeout(url: str, deadline: float) -> float:
+    left = deadline - time.monotonic()
+    _raise_if_late(url, deadline, None)
+    return min(READ_TIMEOUT, max(left, 0.01))
+
+
+def _raise_if_late(url: str, deadline: float, err: Exception | None) -> None:
+    if time.monotonic() >= deadline:
+        raise DownloadTimeout(
+            f"Downloading {url} did not finish within bj.settings.download_timeout = {settings.download_timeout:g} s. "
+            "Check the network or the server, raise `bj.settings.download_timeout`, or download the checkpoint's "
+            "files (SHA256SUMS, config.json, model.safetensors) yourself and pass their directory as `checkpoint=`."
+        ) from err
 
 
 def _download(url: str, sha256: str) -> Path:
@@ -163,7 +211,7 @@ def _download(url: str, sha256: str) -> Path:
     downloaded and checked. A server without a manifest (checkpoints written before it existed)
     serves ``config.json`` and ``model.safetensors``, whose manifest is computed here.
     """
-    from .model import CONFIG, MANIFEST, WEIGHTS, read_manifest
+    from .model import MANIFEST
 
     digest = _hex_digest(sha256)
     target = settings.cachedir / "checkpoints" / digest[:16]
@@ -177,9 +225,23 @@ def _download(url: str, sha256: str) -> Path:
             "`bj.settings.cachedir = '/path'` or the BIOMJEPA_CACHE environment variable."
         ) from err
     base = url.rstrip("/")
+    deadline = time.monotonic() + settings.download_timeout  # one deadline for all the files
     (target / MANIFEST).unlink(missing_ok=True)
-    manifest = target / f"{MANIFEST}.download"
-    if _fetch(f"{base}/{MANIFEST}", manifest):
+    fd, name = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".download", dir=target)
+    os.close(fd)
+    manifest = Path(name)
+    try:
+        return _download_files(url, base, target, manifest, digest, deadline)
+    finally:
+        manifest.unlink(missing_ok=True)
+
+
+def _download_files(url: str, base: str, target: Path, manifest: Path, digest: str, deadline: float) -> Path:
+    """The files of :func:`_download`; ``manifest``: the (random, exclusive) file the manifest is fetched into."""
+    from .model import CONFIG, MANIFEST, WEIGHTS, read_manifest
+
+    served = _fetch(f"{base}/{MANIFEST}", manifest, deadline)
+    if served:
         actual = hashlib.sha256(manifest.read_bytes()).hexdigest()
         listed = read_manifest(manifest.read_text(), f"{base}/{MANIFEST}")
         if actual != digest:
@@ -195,13 +257,13 @@ def _download(url: str, sha256: str) -> Path:
     else:
         files = [CONFIG, WEIGHTS]
     for name in files:
-        if not _fetch(f"{base}/{name}", target / name):
+        if not _fetch(f"{base}/{name}", target / name, deadline):
             raise FileNotFoundError(
                 f"{base}/{name} does not exist (HTTP 404); is {url} the base URL of a biomjepa checkpoint (the "
                 "directory holding config.json and model.safetensors)? Or download the files yourself and pass "
                 "their directory as `checkpoint=`."
             )
-    if manifest.is_file():
+    if served:
         os.replace(manifest, target / MANIFEST)
     try:
         _check_pin(target, digest, url)

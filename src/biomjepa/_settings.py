@@ -41,7 +41,10 @@ class Settings:
     checkpoint
         Default checkpoint: a registry name, a local directory, or an ``http(s)://`` URL.
     verbosity
-        0 errors, 1 warnings (default), 2 info (+ progress bars), 3 debug.
+        0 errors, 1 warnings (default), 2 info (+ progress bars, downloads included), 3 debug.
+    download_timeout
+        Seconds a checkpoint download (all its files) may take before it stops with an error
+        (default 1800); a server that stops sending is given up after at most 60 s.
     """
 
     def __init__(self) -> None:
@@ -51,6 +54,7 @@ class Settings:
         self._cachedir = Path(os.environ.get("BIOMJEPA_CACHE", Path.home() / ".cache" / "biomjepa"))
         self.checkpoint: str = "biomjepa-mini"
         self._verbosity: int = 1
+        self._download_timeout: float = 1800.0
 
     @property
     def device(self) -> str:
@@ -78,6 +82,18 @@ class Settings:
             raise ValueError(f"verbosity must be one of 0, 1, 2, 3; got {value!r}.")
         self._verbosity = int(value)
         logging.getLogger("biomjepa").setLevel(_LEVELS[self._verbosity])
+
+    @property
+    def download_timeout(self) -> float:
+        return self._download_timeout
+
+    @download_timeout.setter
+    def download_timeout(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(
+                f"bj.settings.download_timeout must be a positive, finite number of seconds; got {value!r}."
+            )
+        self._download_timeout = float(value)
 
     @property
     def show_progress(self) -> bool:

@@ -101,6 +101,67 @@ def test_http_download_verified(http_root, tmp_path, monkeypatch):
         resolve_checkpoint(f"{url}/tiny")
 
 
+@pytest.fixture
+def trickle_url(tmp_path, monkeypatch):
+    """A loopback server that promises 1,000 bytes and sends one every 0.1 s; the cache goes to ``tmp_path``."""
+    import http.server
+    import threading
+    import time
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            try:
+                for _ in range(1000):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:  # the client gave up
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache")
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_trickling_download_stops_at_the_deadline(trickle_url, tmp_path, monkeypatch):
+    """Issue 24: a server trickling bytes never ended the download; now bj.settings.download_timeout does."""
+    import time
+
+    monkeypatch.setattr(bj.settings, "download_timeout", 1.5)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"did not finish within bj.settings.download_timeout = 1.5 s.*checkpoint="):
+        resolve_checkpoint(f"{trickle_url}/ck", sha256="a" * 64)
+    assert time.monotonic() - t0 < 4
+    assert [p.name for p in (tmp_path / "cache" / "checkpoints" / ("a" * 16)).iterdir()] == []  # no partial file
+    for bad in (0, -1, float("nan"), float("inf"), "60", True):
+        with pytest.raises(ValueError, match="download_timeout must be a positive, finite number"):
+            bj.settings.download_timeout = bad
+
+
+def test_download_progress_follows_verbosity(http_root, tmp_path, capsys, monkeypatch):
+    root, url = http_root
+    src = save_checkpoint(_model(), tmp_path / "c")
+    shutil.copytree(src, root / "tiny")
+    sha = checkpoint_sha256(src)
+    monkeypatch.setattr(bj.settings, "verbosity", 1)
+    resolve_checkpoint(f"{url}/tiny#sha256={sha}")
+    assert f"{WEIGHTS}:" not in capsys.readouterr().err  # quiet by default
+    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache2")
+    monkeypatch.setattr(bj.settings, "verbosity", 2)
+    resolve_checkpoint(f"{url}/tiny#sha256={sha}")
+    assert f"{WEIGHTS}:" in capsys.readouterr().err  # a tqdm bar per file
+
+
 def test_unwritable_cachedir_is_a_clear_error(http_root, tmp_path, monkeypatch):
     _, url = http_root
     blocker = tmp_path / "file"
