@@ -33,6 +33,7 @@ from .data.collate import Batch
 from .nn.config import ModelConfig
 from .nn.encoder import Encoder
 from .nn.pooling import pool
+from .nn.readout import stats_tensors
 
 FORMAT = "biomjepa-checkpoint"
 FORMAT_VERSION = 1
@@ -56,19 +57,27 @@ class BiomJEPA(nn.Module):
         Checkpoint metadata (name, sha256, vocab hash, provenance) when loaded from disk.
     """
 
-    def __init__(self, config: ModelConfig, info: dict | None = None) -> None:
+    def __init__(self, config: ModelConfig, info: dict | None = None, readout: dict | None = None) -> None:
         super().__init__()
         self.config = config
         self.encoder = Encoder(config)
         self.info = dict(info or {})
+        self.readout = readout  # the checkpoint's fixed feature statistics (biomjepa.nn.readout), or None
+        stats = stats_tensors(readout, config.embedding_dim, "readout")
+        self.register_buffer("feature_mean", None if stats is None else stats[0])
+        self.register_buffer("feature_scale", None if stats is None else stats[1])
 
     def hidden(self, batch: Batch) -> torch.Tensor:
         """Token states ``[B, T, D]``."""
         return self.encoder(batch.gene_ids, batch.values, batch.mask)
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        """Cell embeddings ``[B, 2D]`` with the checkpoint's readout (``config.pooling``)."""
-        return pool(self.hidden(batch), batch.gene_mask, batch.values, self.config.pooling)
+        """Cell embeddings ``[B, 2D]`` with the checkpoint's readout (``config.pooling``), standardized
+        by the checkpoint's fixed feature statistics when it records them."""
+        z = pool(self.hidden(batch), batch.gene_mask, batch.values, self.config.pooling)
+        if self.feature_mean is None:
+            return z
+        return (z.float() - self.feature_mean) / self.feature_scale
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -159,17 +168,23 @@ def save_checkpoint(
     *,
     provenance: dict | None = None,
     dtype: torch.dtype = torch.float32,
+    readout: dict | None = None,
 ) -> Path:
     """Write ``model``'s encoder to directory ``path`` (created); returns the directory.
 
     ``dtype=torch.bfloat16`` halves the file; loading restores float32. Files are written to a
     temporary name first and renamed, so a crash never leaves a half-written checkpoint; the
-    ``SHA256SUMS`` manifest (:func:`checkpoint_sha256`) is written last.
+    ``SHA256SUMS`` manifest (:func:`checkpoint_sha256`) is written last. ``readout``: fixed feature
+    statistics (:func:`biomjepa.nn.readout.readout_entry`; default: those of a :class:`BiomJEPA`
+    ``model``) recorded in ``config.json``.
     """
     from . import __version__
     from .data.vocab import Vocab
 
     encoder = model.encoder if isinstance(model, BiomJEPA) else model
+    if readout is None and isinstance(model, BiomJEPA):
+        readout = model.readout
+    stats_tensors(readout, encoder.config.embedding_dim, "readout")  # refuse bad statistics before writing
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in encoder.state_dict().items()}
@@ -187,6 +202,8 @@ def save_checkpoint(
         "biomjepa_version": __version__,
         "provenance": provenance or {},
     }
+    if readout:
+        meta["readout"] = readout
     tmp = path / (CONFIG + ".tmp")
     tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
     os.replace(tmp, path / CONFIG)
@@ -332,8 +349,12 @@ def load_checkpoint(path: str | os.PathLike, *, name: str | None = None, verify:
     info = {"name": name or str(path), "path": str(path), "sha256": digest, **meta}
     if (path / MANIFEST).is_file():
         info["checkpoint_sha256"] = checkpoint_sha256(path, verify=False)
+    try:
+        stats_tensors(meta.get("readout"), config.embedding_dim, f"{path / CONFIG}: readout")
+    except ValueError as err:
+        raise CheckpointError(f"{err} The checkpoint is corrupted or was edited.") from err
     with torch.random.fork_rng(devices=[]):  # the random init is overwritten: leave the caller's RNG alone
-        model = BiomJEPA(config, info).float()
+        model = BiomJEPA(config, info, readout=meta.get("readout")).float()
     try:
         model.encoder.load_state_dict(state, strict=True)
     except RuntimeError as err:

@@ -169,3 +169,36 @@ def test_unwritable_cachedir_is_a_clear_error(http_root, tmp_path, monkeypatch):
     monkeypatch.setattr(bj.settings, "_cachedir", blocker / "sub")
     with pytest.raises(PermissionError, match="cachedir"):
         resolve_checkpoint(f"{url}/x", sha256="a" * 64)
+
+
+def test_fixed_feature_statistics_round_trip_and_standardize_every_cell_alike(tmp_path):
+    import numpy as np
+
+    from biomjepa.data.collate import collate
+    from biomjepa.data.tokenize import TokenizedCells
+    from biomjepa.nn.readout import readout_entry
+
+    m = _model()
+    D = m.config.embedding_dim
+    mean, scale = np.linspace(-1, 1, D), np.linspace(0.5, 2, D)
+    save_checkpoint(m, tmp_path / "c", readout=readout_entry(mean, scale, n_cells=10, source="test"))
+    loaded = load_checkpoint(tmp_path / "c")
+    rng = np.random.default_rng(0)
+    genes = np.sort(rng.choice(500, 30, replace=False))
+    cells = TokenizedCells(np.array([0, 30]), genes, rng.random(30).astype(np.float32) + 1, np.array([1e4]))
+    batch = collate(cells, m.config.vocab_size)
+    with torch.no_grad():
+        raw, std = m(batch), loaded(batch)
+    expect = (raw.double() - torch.tensor(mean)) / torch.tensor(scale)
+    assert torch.allclose(std.double(), expect, atol=1e-5)
+    meta = json.loads((tmp_path / "c" / CONFIG).read_text())
+    assert meta["readout"]["standardize"] and meta["readout"]["n_cells"] == 10
+    # edited statistics are refused on load (the manifest is rewritten so only the check below can fail)
+    meta["readout"]["scale"][0] = 0.0
+    (tmp_path / "c" / CONFIG).write_text(json.dumps(meta))
+    write_manifest(tmp_path / "c", [CONFIG, WEIGHTS])
+    with pytest.raises(CheckpointError, match="scale must be > 0"):
+        load_checkpoint(tmp_path / "c")
+    with pytest.raises(ValueError, match="readout.mean"):
+        save_checkpoint(m, tmp_path / "d", readout={"standardize": True, "mean": [0.0], "scale": [1.0]})
+    assert not (tmp_path / "d").exists()

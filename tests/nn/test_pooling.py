@@ -69,3 +69,25 @@ def test_centred_max_top5_by_hand_and_unknown_pooling():
 
     with pytest.raises(ValueError, match="Unknown pooling"):
         pool(h, gm, v, "mean")
+
+
+def test_quantile_readout_is_the_order_statistic_and_does_not_grow_with_gene_count():
+    from biomjepa.nn.pooling import masked_quantile, pool
+
+    torch.manual_seed(0)
+    for n in (1, 2, 7, 11, 40):
+        h = torch.randn(1, 45, 3)
+        m = torch.zeros(1, 45, dtype=torch.bool)
+        m[0, :n] = True
+        desc = h[0, :n].sort(0, descending=True).values
+        assert torch.equal(masked_quantile(h, m, 0.9)[0], desc[int((n - 1) // 10)])  # rank floor(0.1 (n − 1))
+    # states drawn from one distribution: the max rises with the number of genes, the 90th percentile does not
+    small, large = torch.randn(200, 100, 8), torch.randn(200, 2000, 8)
+    ms, ml = torch.ones(200, 100, dtype=torch.bool), torch.ones(200, 2000, dtype=torch.bool)
+    q_gap = (masked_quantile(large, ml, 0.9).mean() - masked_quantile(small, ms, 0.9).mean()).abs()
+    max_gap = large.amax(1).mean() - small.amax(1).mean()
+    assert q_gap < 0.05 and max_gap > 0.8
+    z = pool(large[:2], ml[:2], torch.rand(2, 2000), "centred_wmean_q90")
+    assert z.shape == (2, 16) and torch.isfinite(z).all()
+    empty = torch.zeros(1, 4, dtype=torch.bool)
+    assert torch.equal(masked_quantile(torch.randn(1, 4, 3), empty, 0.9), torch.zeros(1, 3))

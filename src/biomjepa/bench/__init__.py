@@ -9,7 +9,8 @@ written on request (``baselines=["pca"]`` â†’ ``obsm["X_pca50"]``, ``"umap"`` â†
 Tasks: :func:`annotation` (few-shot SVM), :func:`clustering` (k-means), :func:`reconstruction` (MLP probe
 to a 400-gene expression vector), :func:`perturbation` (response prediction), :func:`geometry`
 (effective rank, participation ratio, depth association), :func:`depth_robustness` (binomially thinned
-counts against full depth), and :func:`run` for several at once.
+counts against full depth), :func:`integration` (batch mixing and label/batch silhouettes for a
+``batch_key``), and :func:`run` for several at once.
 Array-level metrics: :func:`effective_rank`, :func:`participation_ratio`, :func:`procrustes_similarity`,
 :func:`nmi`, :func:`ari`, :func:`hungarian_accuracy`, :func:`knn_overlap`.
 """
@@ -22,6 +23,7 @@ from .baselines import add_baselines
 from .clustering import ari, clustering, hungarian_accuracy, nmi
 from .depth import depth_robustness
 from .geometry import depth_association, effective_rank, geometry, participation_ratio, procrustes_similarity
+from .integration import integration
 from .perturbation import perturbation, perturbation_split
 from .reconstruction import budget_split, canonical_genes, knn_overlap, reactome_sets, reconstruction
 from .run import run
@@ -38,6 +40,7 @@ __all__ = [
     "effective_rank",
     "geometry",
     "hungarian_accuracy",
+    "integration",
     "knn_overlap",
     "nmi",
     "participation_ratio",

@@ -12,7 +12,7 @@ from ._utils import DEFAULT_SEEDS, progress, resolve_reps
 if TYPE_CHECKING:
     from anndata import AnnData
 
-TASKS = ("annotation", "clustering", "reconstruction", "perturbation", "geometry")
+TASKS = ("annotation", "clustering", "reconstruction", "perturbation", "geometry", "integration")
 _NEEDS_LABELS = {"annotation", "clustering", "reconstruction"}
 
 
@@ -39,7 +39,8 @@ def run(
     label_key
         ``obs`` label column (required by annotation, clustering and reconstruction).
     tasks
-        Any of ``"annotation", "clustering", "reconstruction", "perturbation", "geometry"``.
+        Any of ``"annotation", "clustering", "reconstruction", "perturbation", "geometry", "integration"``
+        (``integration`` needs ``task_kwargs={"integration": {"batch_key": ...}}``; it uses ``label_key`` when given).
     use_reps
         ``obsm`` keys to score.
     baselines
@@ -57,7 +58,7 @@ def run(
     The concatenated table (columns ``task, rep, setting, seed, metric, value``); perturbation's split is
     kept in ``attrs["split"]``.
     """
-    from . import annotation, clustering, geometry, perturbation, reconstruction
+    from . import annotation, clustering, geometry, integration, perturbation, reconstruction
 
     unknown = set(tasks) - set(TASKS)
     if unknown:
@@ -67,13 +68,13 @@ def run(
     task_kwargs = dict(task_kwargs or {})
     reps = resolve_reps(adata, use_reps, baselines, layer)
     funcs = {"annotation": annotation, "clustering": clustering, "reconstruction": reconstruction,
-             "perturbation": perturbation, "geometry": geometry}
+             "perturbation": perturbation, "geometry": geometry, "integration": integration}
     frames, attrs = [], {}
     for t in progress(list(tasks), desc="bench"):
         kw: dict[str, Any] = {"use_reps": reps, "layer": layer}
-        if t in _NEEDS_LABELS:
+        if t in _NEEDS_LABELS or (t == "integration" and label_key is not None):
             kw["label_key"] = label_key
-        if t != "geometry":
+        if t not in ("geometry", "integration"):
             kw["seeds"] = seeds
         kw.update(task_kwargs.get(t, {}))
         df = funcs[t](adata, **kw)

@@ -10,13 +10,18 @@ leading axis. Subtracting the cell's mean first keeps what distinguishes the cel
 each other and drops that shared level.
 
 ``centred_wmean_max``: expression-weighted mean of the centred states ‖ their per-feature max.
+
+``centred_wmean_q90`` (v0.3): expression-weighted mean of the centred states ‖ their per-feature
+90th percentile over the cell's genes. The maximum of ``n`` token states grows with ``n`` (an
+extreme-value statistic), so a cell with more detected genes reads out larger; a fixed quantile of
+the same states does not grow with ``n``.
 """
 
 from __future__ import annotations
 
 import torch
 
-POOLINGS = ("max_top5", "centred_max_top5", "centred_wmean_max")
+POOLINGS = ("max_top5", "centred_max_top5", "centred_wmean_max", "centred_wmean_q90")
 
 
 def centre_states(hidden: torch.Tensor, gene_mask: torch.Tensor) -> torch.Tensor:
@@ -49,6 +54,20 @@ def weighted_mean(hidden: torch.Tensor, gene_mask: torch.Tensor, values: torch.T
     return (hidden * w).sum(1) / w.sum(1).clamp(min=torch.finfo(hidden.dtype).tiny)
 
 
+def masked_quantile(hidden: torch.Tensor, gene_mask: torch.Tensor, q: float) -> torch.Tensor:
+    """Per-feature ``q``-quantile of ``hidden [B, T, D]`` over each cell's gene tokens → ``[B, D]``.
+
+    The lower order statistic at rank ``floor(q · (n − 1))`` of the ``n`` gene tokens (no
+    interpolation); a cell with no genes gets zeros.
+    """
+    neg = torch.finfo(hidden.dtype).min
+    desc = hidden.masked_fill(~gene_mask[..., None], neg).sort(dim=1, descending=True).values  # [B, T, D]
+    n = gene_mask.sum(1)  # [B]
+    rank = torch.floor((1.0 - q) * (n - 1).clamp(min=0).to(torch.float64) + 1e-9).long()  # from the top
+    out = desc.gather(1, rank[:, None, None].expand(-1, 1, desc.shape[-1]))[:, 0]
+    return torch.where(n[:, None] > 0, out, torch.zeros_like(out))
+
+
 def pool(hidden: torch.Tensor, gene_mask: torch.Tensor, values: torch.Tensor, kind: str = "max_top5") -> torch.Tensor:
     """Pool token states into ``[B, 2D]`` cell embeddings with the readout ``kind`` (see :data:`POOLINGS`)."""
     if kind == "max_top5":
@@ -58,6 +77,8 @@ def pool(hidden: torch.Tensor, gene_mask: torch.Tensor, values: torch.Tensor, ki
     c = centre_states(hidden, gene_mask)
     if kind == "centred_max_top5":
         return max_top5_pool(c, gene_mask)
+    if kind == "centred_wmean_q90":
+        return torch.cat([weighted_mean(c, gene_mask, values), masked_quantile(c, gene_mask, 0.9)], -1)
     return torch.cat([weighted_mean(c, gene_mask, values), max_top5_pool(c, gene_mask)[:, : c.shape[-1]]], -1)
 
 

@@ -222,7 +222,8 @@ def _short(value, n: int = 120) -> str:
 
 
 def export(
-    source, out_dir: str | os.PathLike, *, which: str = "teacher", dtype=torch.float32, pooling: str | None = None
+    source, out_dir: str | os.PathLike, *, which: str = "teacher", dtype=torch.float32, pooling: str | None = None,
+    readout: dict | None = None,
 ) -> Path:
     """Write the inference checkpoint (:func:`biomjepa.model.save_checkpoint`) of a run.
 
@@ -241,6 +242,10 @@ def export(
     pooling
         Readout recorded in the checkpoint (:data:`biomjepa.nn.pooling.POOLINGS`); default: the
         run's model config (``max_top5``, the paper's, unless overridden).
+    readout
+        Fixed feature statistics to record (:func:`biomjepa.nn.readout.readout_entry`, measured on
+        the training corpus, e.g. by ``scripts/export_bundled.py --feature-cells``); the checkpoint
+        then returns standardized embeddings.
     """
     from dataclasses import replace
 
@@ -272,4 +277,4 @@ def export(
         "config": state["config"],
         "corpus": state.get("corpus", {}),
     }
-    return save_checkpoint(encoder, out_dir, provenance=prov, dtype=dtype)
+    return save_checkpoint(encoder, out_dir, provenance=prov, dtype=dtype, readout=readout)
