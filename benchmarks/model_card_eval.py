@@ -1,6 +1,10 @@
 """Every number of the model card: checkpoints vs PCA-50 on the validation and the test cells.
 
 Validation: the 1,072 held-out sorted-PBMC cells (what recipes and checkpoints are chosen on).
+Chemistry (validation for technical robustness, held out of v0.3's corpus): 900 cells (300 per
+chemistry, seeded) of the 10x PBMC set with 3' v2, 3' v3 and 5' chemistries; its cells carry no
+annotation, so coarse types (T, B, NK, monocyte) come from marker genes (:func:`marker_types`), and
+``bj.bench.integration`` reports chemistry mixing next to label separation.
 Test: the 1,074 held-out Baron pancreas cells, ``bj.datasets.pancreas()`` (reported only).
 Per representation: few-shot k = 5 macro-F1 (``bj.bench.annotation``, seeds 42–46), effective rank
 and depth association (``bj.bench.geometry``: ``depth_nnz`` = mean |r| of the leading axis and of the
@@ -33,7 +37,48 @@ def validation_cells():
     return a
 
 
-def score(adata, checkpoints: dict[str, str], seeds) -> list[dict]:
+#: Marker genes of the coarse PBMC types used to label the chemistry set (no annotation ships with it).
+MARKERS = {"T": ["CD3D", "CD3E", "IL7R"], "B": ["MS4A1", "CD79A", "CD79B"], "NK": ["NKG7", "GNLY"],
+           "monocyte": ["CD14", "LYZ", "FCGR3A", "S100A8"]}
+
+
+def marker_types(adata, *, min_score: float = 1.0, margin: float = 0.5):
+    """Coarse type per cell: the marker set with the highest mean ``log1p(1e4·c/total)``; cells whose best
+    score is below ``min_score`` or within ``margin`` of the second are left unlabelled (NaN)."""
+    import numpy as np
+    from scipy import sparse
+
+    X = sparse.csr_matrix(adata.X, dtype=np.float64)
+    total = np.asarray(X.sum(1)).ravel()
+    names = list(adata.var_names)
+    scores = []
+    for genes in MARKERS.values():
+        cols = [names.index(g) for g in genes if g in names]
+        sub = X[:, cols].toarray() / np.maximum(total, 1)[:, None] * 1e4
+        scores.append(np.log1p(sub).mean(1))
+    S = np.stack(scores, 1)
+    order = np.sort(S, 1)
+    best = np.array(list(MARKERS))[S.argmax(1)].astype(object)
+    best[(order[:, -1] < min_score) | (order[:, -1] - order[:, -2] < margin)] = np.nan
+    return best
+
+
+def chemistry_cells(per_batch: int = 300, seed: int = 0):
+    """``per_batch`` cells of each chemistry of the multi-chemistry PBMC set, with marker types."""
+    import anndata as ad
+    import numpy as np
+
+    a = ad.read_h5ad(SHARED / "pbmc_10x_1kv2_1kv3_5prime_2860cells_raw.h5ad")
+    rng = np.random.default_rng(seed)
+    keep = np.concatenate([rng.choice(np.flatnonzero(a.obs["batch"].to_numpy() == b), per_batch, replace=False)
+                           for b in sorted(a.obs["batch"].unique())])
+    a = a[np.sort(keep)].copy()
+    a.obs["cell_type"] = marker_types(a)
+    return a
+
+
+def score(adata, checkpoints: dict[str, str], seeds, *, batch_key: str | None = None,
+          fractions=(0.5, 0.2)) -> list[dict]:
     import pandas as pd
 
     import biomjepa as bj
@@ -46,10 +91,14 @@ def score(adata, checkpoints: dict[str, str], seeds) -> list[dict]:
         reps.append(f"X_{name}")
     ann = bj.bench.annotation(adata, label_key="cell_type", use_reps=reps, shots=(5,), seeds=seeds)
     geo = bj.bench.geometry(adata, use_reps=reps)
-    dep = bj.bench.depth_robustness(adata, label_key="cell_type", use_reps=reps, fractions=(0.5, 0.2))
-    table = bj.bench.summarize(pd.concat([ann, geo, dep]))
+    parts = [ann, geo]
+    if fractions:
+        parts.append(bj.bench.depth_robustness(adata, label_key="cell_type", use_reps=reps, fractions=fractions))
+    if batch_key is not None:
+        parts.append(bj.bench.integration(adata, batch_key=batch_key, label_key="cell_type", use_reps=reps))
+    table = bj.bench.summarize(pd.concat(parts))
     keep = ["macro_f1", "effective_rank", "depth_nnz", "depth_mean", "nn_label_agreement", "self_match",
-            "relative_shift"]
+            "relative_shift", "cross_batch_share", "cross_batch_share_within_label", "label_asw", "batch_asw"]
     return table[table["metric"].isin(keep)].to_dict("records")
 
 
@@ -83,11 +132,16 @@ def main() -> None:
     p.add_argument("checkpoints", nargs="+", help="NAME=CHECKPOINT (registry name or directory)")
     p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44, 45, 46])
     p.add_argument("--tag", default="model_card")
-    p.add_argument("--sets", nargs="+", default=["validation", "test"], choices=["validation", "test"])
+    p.add_argument("--sets", nargs="+", default=["validation", "chemistry", "test"],
+                   choices=["validation", "chemistry", "test"])
     args = p.parse_args()
     cks = dict(c.split("=", 1) for c in args.checkpoints)
     rows = []
     for which in args.sets:
+        if which == "chemistry":
+            rows += [{"cells": which, **r} for r in score(chemistry_cells(), cks, tuple(args.seeds), batch_key="batch",
+                                                         fractions=())]
+            continue
         adata = validation_cells() if which == "validation" else bj.datasets.pancreas()
         rows += [{"cells": which, **r} for r in score(adata, cks, tuple(args.seeds))]
         if which == "test":
