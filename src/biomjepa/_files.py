@@ -220,6 +220,7 @@ def _command(pid: int) -> str:
         text = " ".join(a.decode(errors="replace") for a in raw.split(b"\0") if a)
     except OSError:
         text = " ".join(sys.argv) if pid == os.getpid() else ""
+    text = " ".join(text.split())  # one line, whatever the arguments held
     return (text[:200] + "…") if len(text) > 200 else (text or "unknown command")
 
 

@@ -1,3 +1,8 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import anndata as ad
 import numpy as np
 import pandas as pd
@@ -6,6 +11,7 @@ from _kit import make_shards
 from scipy import sparse
 
 import biomjepa as bj
+from biomjepa._files import LockBusy
 from biomjepa.data.shards import Corpus, ShardStream, prepare_corpus
 from biomjepa.data.vocab import Vocab
 
@@ -72,3 +78,78 @@ def test_stream_start_skips_exactly(tmp_path):
     it2 = iter(ShardStream(corpus, batch_size=3, seed=1, sort_pool=2, start=5))
     for a in first[5:]:
         np.testing.assert_array_equal(a, next(it2).ids)
+
+
+def test_cache_is_prepared_again_when_an_input_changes(tmp_path):
+    """Issue 24: replacing data.h5ad by another file reused the old shards silently (the key is path + options)."""
+    import json
+
+    spec = [{"path": str(tmp_path / "data.h5ad"), "layer": "counts"}]
+    _h5ad(tmp_path / "data.h5ad", n=30, seed=0)
+    cache = tmp_path / "cache"
+    first = Corpus(prepare_corpus(spec, cache))
+    assert first.n_cells == 30
+    _h5ad(tmp_path / "data.h5ad", n=45, seed=1)  # another file under the same name
+    corpus = Corpus(prepare_corpus(spec, cache))
+    assert corpus.n_cells == 45 and corpus.meta["key"] == first.meta["key"]  # the key itself is unchanged
+    # a manifest written before inputs were recorded is trusted as it is, and its inputs recorded
+    man = cache / "manifest.json"
+    meta = json.loads(man.read_text())
+    recorded = meta.pop("inputs")
+    man.write_text(json.dumps(meta))
+    shard = (cache / "shard_00000.npz").stat().st_mtime_ns
+    assert prepare_corpus(spec, cache) == cache
+    assert json.loads(man.read_text())["inputs"] == recorded
+    assert (cache / "shard_00000.npz").stat().st_mtime_ns == shard  # not prepared again
+
+
+READ = """
+import sys
+from biomjepa.data.shards import Corpus, prepare_corpus
+corpus = Corpus(prepare_corpus(sys.argv[1], sys.argv[2]))
+print("reading", corpus.n_cells, flush=True)
+sys.stdin.read()
+"""
+WRITE = """
+import sys
+from biomjepa._files import lock
+held = lock(sys.argv[1] + "/.lock", what="test", fix="test")
+print("writing", flush=True)
+sys.stdin.read()
+"""
+
+
+def _child(code: str, *args) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert child.stdout.readline().split()[0] in ("reading", "writing")
+    return child
+
+
+def test_a_cache_read_by_a_run_is_not_rewritten_under_it(tmp_path):
+    """Issue 24: run B (corpus=Y) rewrote the shards and manifest that run A (corpus=X, same cache_dir) had open."""
+    x = str(Path(make_shards(tmp_path / "x", n_shards=2, cells=10)[0]).parent / "*.npz")
+    _h5ad(tmp_path / "y.h5ad", n=30)
+    y = [{"path": str(tmp_path / "y.h5ad"), "layer": "counts"}]
+    cache = tmp_path / "cache"
+    run_a = _child(READ, x, cache)
+    try:
+        before = {p.name: p.read_bytes() for p in cache.iterdir()}
+        with pytest.raises(LockBusy, match=rf"(?s)must be prepared again \(it was prepared for another corpus.*"
+                                           rf"pid {run_a.pid} .*reading it.*another `cache_dir`"):
+            prepare_corpus(y, cache)
+        assert {p.name: p.read_bytes() for p in cache.iterdir()} == before
+        assert Corpus(prepare_corpus(x, cache)).n_cells == 20  # runs on the same corpus share the cache
+    finally:
+        run_a.kill()
+        run_a.wait(timeout=30)
+    assert Corpus(prepare_corpus(y, cache)).n_cells == 30  # A is gone: its lock went with it
+    preparing = _child(WRITE, cache)
+    try:
+        with pytest.raises(LockBusy, match=rf"(?s)pid {preparing.pid} .*writing it.*preparing it"):
+            Corpus(cache)
+        with pytest.raises(LockBusy, match="writing it"):
+            prepare_corpus(y, cache)
+    finally:
+        preparing.kill()
+        preparing.wait(timeout=30)

@@ -3,7 +3,11 @@
 :func:`prepare_corpus` maps every file's genes onto the vocabulary with :func:`biomjepa.pp.map_vocab`
 (the inference mapping), validates raw counts, drops cells with no mapped gene and excluded cells,
 and writes one ``shard_XXXXX.npz`` per file (``data`` counts, ``indices``, ``indptr``, ``totals`` =
-library size over all input genes, ``rows`` = source row) plus ``manifest.json``.
+library size over all input genes, ``rows`` = source row) plus ``manifest.json``, which records
+the size and mtime of every input file: a cache is prepared again when its spec *or* an input
+file changed (the manifest's ``key`` stays that of the spec). A cache is written under an
+exclusive lock and read under a shared one (``cache_dir/.lock``), so one run never rewrites the
+shards another run is reading.
 
 :class:`ShardStream` (a torch ``IterableDataset``) yields :class:`CellBatch` es. The order is a
 pure function of ``(seed, epoch, rank, worker)``: per epoch the shard order is permuted and shards
@@ -21,6 +25,8 @@ import hashlib
 import json
 import logging
 import os
+import shutil
+import weakref
 from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
@@ -29,10 +35,12 @@ import numpy as np
 import torch
 from scipy import sparse
 
+from .._files import Lock, atomic_path, lock, write_text_atomic
 from .tokenize import TokenizedCells, tokenize
 
 logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
+LOCK = ".lock"
 
 
 @dataclass
@@ -129,8 +137,9 @@ def _convert(spec: dict, out: Path, vocab_size: int) -> dict:
         X, rows, tot = X[: spec["max_cells"]], rows[: spec["max_cells"]], np.concatenate(totals)[: spec["max_cells"]]
     else:
         tot = np.concatenate(totals)
-    np.savez(out, data=X.data, indices=X.indices.astype(np.int32), indptr=X.indptr.astype(np.int64),
-             totals=tot, rows=rows)
+    with atomic_path(out, suffix=".npz") as tmp:
+        np.savez(tmp, data=X.data, indices=X.indices.astype(np.int32), indptr=X.indptr.astype(np.int64),
+                 totals=tot, rows=rows)
     return {"source": spec["path"], "file": out.name, "n_cells": int(X.shape[0]), "dropped_excluded": int(drop.sum()),
             "median_genes": float(np.median(np.diff(X.indptr))) if X.shape[0] else 0.0,
             **{k: spec.get(k) for k in ("layer", "species", "gene_key", "exclude_obs")}}
@@ -150,12 +159,18 @@ def _open_h5ad(path: str):
 
 
 def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | None = None) -> Path:
-    """Preprocess ``corpus`` once into ``cache_dir`` (reused when the spec is unchanged).
+    """Preprocess ``corpus`` once into ``cache_dir`` (reused while the spec and its input files are unchanged).
 
     ``corpus``: a glob, a path, or a list of paths / dicts ``{path, layer=None, species="human",
     gene_key=None, id_type="auto" ("entrez": all-digit names are Entrez ids), exclude_obs=None (bool
     obs column or file of obs names), max_cells=None}``.
     Already prepared ``.npz`` shards are copied by reference (listed in the manifest).
+
+    The manifest records the size and mtime of every input file; a cache whose inputs changed is
+    prepared again. Preparing takes the cache's exclusive lock, and a process reading the cache
+    (a :class:`Corpus`) holds a shared one, so a run never rewrites the shards under another run:
+    it stops with :class:`~biomjepa._files.LockBusy` instead. The calling process keeps a shared
+    lock on the cache until it opens it as a :class:`Corpus`, so it cannot change in between.
     """
     from .vocab import Vocab
 
@@ -164,34 +179,130 @@ def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | No
     specs = _specs(corpus)
     key = hashlib.sha256(json.dumps([specs, vocab.hash, vocab_size], sort_keys=True).encode()).hexdigest()[:16]
     cache = Path(cache_dir)
-    man = cache / MANIFEST
-    if man.is_file() and json.loads(man.read_text()).get("key") == key:
-        return cache
     cache.mkdir(parents=True, exist_ok=True)
+    inputs = _identity(specs)
+    with _cache_lock(cache, shared=True):
+        stale = _stale(cache, key, inputs)
+        if stale is None:
+            _hold(cache)
+            return cache
+    with _cache_lock(cache, shared=False, reason=stale):
+        stale = _stale(cache, key, inputs)  # another process may have prepared it meanwhile
+        if stale is not None:
+            logger.info("prepare_corpus: preparing %s (%s)", cache, stale)
+            _write_cache(cache, specs, {"key": key, "vocab_hash": vocab.hash, "vocab_size": vocab_size}, inputs)
+        _hold(cache)
+    return cache
+
+
+def _write_cache(cache: Path, specs: list[dict], meta: dict, inputs: list[dict]) -> None:
+    """Convert every spec into a shard, then write the manifest (under the cache's exclusive lock)."""
+    (cache / MANIFEST).unlink(missing_ok=True)  # a preparation killed part-way leaves no manifest to trust
+    shutil.rmtree(cache / "graph", ignore_errors=True)  # the gene graph cached for the old cells
     shards = []
     for i, spec in enumerate(specs):
         if spec["path"].endswith(".npz"):
             shards.append({"source": spec["path"], "file": str(Path(spec["path"]).resolve())})
             continue
         logger.info("prepare_corpus: %s", spec["path"])
-        shards.append(_convert(spec, cache / f"shard_{i:05d}.npz", vocab_size))
-    meta = {"key": key, "vocab_hash": vocab.hash, "vocab_size": vocab_size, "shards": shards}
-    tmp = man.with_name(f"{MANIFEST}.{os.getpid()}.tmp")  # several runs may share one cache_dir
-    tmp.write_text(json.dumps(meta, indent=2))
-    os.replace(tmp, man)
-    return cache
+        shards.append(_convert(spec, cache / f"shard_{i:05d}.npz", meta["vocab_size"]))
+    changed = _changed(inputs, _identity(specs))
+    if changed:
+        raise ValueError(f"Corpus file(s) {', '.join(changed)} changed while {cache} was being prepared; "
+                         "run again once they are complete.")
+    write_text_atomic(cache / MANIFEST, json.dumps({**meta, "shards": shards, "inputs": inputs}, indent=2))
+
+
+def _identity(specs: list[dict]) -> list[dict]:
+    """``{path, size, mtime_ns}`` of every input file: the corpus files and ``exclude_obs`` files."""
+    out: dict[str, dict] = {}
+    for spec in specs:
+        for p in (spec["path"], spec.get("exclude_obs")):
+            if p is not None and str(p) not in out and Path(p).is_file():
+                st = os.stat(p)
+                out[str(p)] = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return list(out.values())
+
+
+def _changed(recorded: list[dict], now: list[dict]) -> list[str]:
+    """Paths whose size/mtime differ between two :func:`_identity` records (or are in one only)."""
+    old, new = {i["path"]: i for i in recorded}, {i["path"]: i for i in now}
+    return [p for p in dict.fromkeys([*old, *new]) if old.get(p) != new.get(p)]
+
+
+def _stale(cache: Path, key: str, inputs: list[dict]) -> str | None:
+    """Why ``cache`` must be prepared again, or ``None`` when it holds this corpus, from these very files.
+
+    A manifest written before the inputs were recorded is trusted (its ``key`` is unchanged) and
+    its inputs are recorded now, unless an input is newer than the manifest: then a warning.
+    """
+    man = cache / MANIFEST
+    try:
+        meta = json.loads(man.read_text())
+    except FileNotFoundError:
+        return "it holds no prepared corpus"
+    except (OSError, ValueError):
+        return f"its {MANIFEST} is unreadable"
+    if meta.get("key") != key:
+        return "it was prepared for another corpus or other options"
+    if "inputs" in meta:
+        changed = _changed(meta["inputs"], inputs)
+        return f"{', '.join(changed)} changed since it was prepared" if changed else None
+    newer = [i["path"] for i in inputs if i["mtime_ns"] > man.stat().st_mtime_ns]
+    if newer:
+        logger.warning("The corpus cache %s was prepared by an older biomjepa that did not record its inputs, and "
+                       "%s changed after it; delete %s to prepare it again.", cache, ", ".join(newer), man)
+        return None
+    try:
+        write_text_atomic(man, json.dumps({**meta, "inputs": inputs}, indent=2))
+    except OSError as err:  # a read-only cache
+        logger.debug("could not record the inputs of %s: %s", cache, err)
+    return None
+
+
+def _cache_lock(cache: Path, *, shared: bool, reason: str = "") -> Lock:
+    """The cache's lock: shared to read it, exclusive to (re)prepare it."""
+    if shared:
+        return lock(cache / LOCK, shared=True, what=f"The corpus cache {cache}",
+                    fix="That process is preparing it: start this run again once it has finished, or give this "
+                        "run another `cache_dir`.")
+    return lock(cache / LOCK, what=f"The corpus cache {cache} must be prepared again ({reason}), but it",
+                fix="Rewriting its shards would feed a run reading them another corpus' cells: wait for that run "
+                    "to end, or give this run another `cache_dir`.")
+
+
+_HOLDS: dict[str, Lock] = {}  # caches this process prepared and has not yet opened as a Corpus
+
+
+def _hold(cache: Path) -> None:
+    key = os.path.realpath(cache)
+    if key not in _HOLDS:
+        _HOLDS[key] = _cache_lock(cache, shared=True)
 
 
 class Corpus:
-    """A prepared shard cache: ``len(corpus)`` shards, row lengths, and tokenized row access."""
+    """A prepared shard cache: ``len(corpus)`` shards, row lengths, and tokenized row access.
+
+    While it is open (until :meth:`close` or garbage collection) the process holds a shared lock
+    on the cache, so no other process can prepare another corpus into it.
+    """
 
     def __init__(self, cache_dir: str | os.PathLike) -> None:
         self.root = Path(cache_dir)
+        self._lock = _cache_lock(self.root, shared=True)
+        weakref.finalize(self, self._lock.release)
+        held = _HOLDS.pop(os.path.realpath(self.root), None)  # prepare_corpus' lock: this one takes over
+        if held is not None:
+            held.release()
         meta = json.loads((self.root / MANIFEST).read_text())
         self.meta = meta
         self.paths = [self.root / s["file"] for s in meta["shards"]]
         self.lengths = [np.diff(np.load(p)["indptr"]) for p in self.paths]
         self._cache: tuple[int, dict] | None = None
+
+    def close(self) -> None:
+        """Release the cache's shared lock (the corpus can still be read, unprotected)."""
+        self._lock.release()
 
     def __len__(self) -> int:
         return len(self.paths)
