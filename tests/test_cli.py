@@ -156,3 +156,24 @@ def test_train_presets_match_the_training_code():
     from biomjepa.train.config import PRESETS
 
     assert tuple(TRAIN_PRESETS) == tuple(PRESETS)
+
+
+def test_embed_output_never_follows_a_planted_symlink(counts_adata, tiny_checkpoint, tmp_path):
+    """Issue 24: `biomjepa embed IN OUT.h5ad` wrote `.OUT.h5ad.<pid>.tmp.h5ad`; a symlink planted under that
+    name made it overwrite a file outside the directory."""
+    import os
+
+    import anndata as ad
+
+    shared, outside = tmp_path / "shared", tmp_path / "outside.txt"
+    shared.mkdir()
+    outside.write_text("precious")
+    counts_adata.write_h5ad(shared / "in.h5ad")
+    (shared / f".out.h5ad.{os.getpid()}.tmp.h5ad").symlink_to(outside)
+    assert main(["embed", str(shared / "in.h5ad"), str(shared / "out.h5ad"), "--checkpoint", tiny_checkpoint,
+                 "--device", "cpu"]) == 0
+    assert outside.read_text() == "precious"
+    assert ad.read_h5ad(shared / "out.h5ad").obsm["X_biomjepa"].shape[0] == counts_adata.n_obs
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (shared / "out.h5ad").stat().st_mode & 0o777 == 0o666 & ~umask  # not the temporary file's 0600

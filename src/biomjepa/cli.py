@@ -44,16 +44,10 @@ def _embed(args: argparse.Namespace) -> None:
 def write_h5ad_atomic(adata, output: str) -> None:
     """Write to a temporary file next to ``output`` and rename it: an interrupted write (kill, full
     disk) leaves ``output``, which may be the input file itself, as it was."""
-    import os
-    from pathlib import Path
+    from ._files import atomic_path
 
-    out = Path(output)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.h5ad")
-    try:
+    with atomic_path(output, suffix=".h5ad") as tmp:  # a random name, created exclusively
         adata.write_h5ad(tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _train(args: argparse.Namespace) -> None:

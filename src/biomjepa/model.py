@@ -29,6 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ._files import atomic_path, write_text_atomic
 from .data.collate import Batch
 from .nn.config import ModelConfig
 from .nn.encoder import Encoder
@@ -100,9 +101,7 @@ def write_manifest(path: str | os.PathLike, files: list[str] | None = None) -> s
         files = [p.name for p in path.iterdir() if p.is_file() and p.name != MANIFEST
                  and not p.name.endswith((".tmp", ".part"))]
     text = _manifest_text({name: sha256_file(path / name) for name in files})
-    tmp = path / f"{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, path / MANIFEST)
+    write_text_atomic(path / MANIFEST, text)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -188,9 +187,8 @@ def save_checkpoint(
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in encoder.state_dict().items()}
-    tmp = path / (WEIGHTS + ".tmp")
-    save_file(tensors, str(tmp), metadata={"format": FORMAT})
-    os.replace(tmp, path / WEIGHTS)
+    with atomic_path(path / WEIGHTS) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": FORMAT})
     vocab_hash = Vocab.default().hash if encoder.config.vocab_size == Vocab.default().size else None
     meta = {
         "format": FORMAT,
@@ -204,9 +202,7 @@ def save_checkpoint(
     }
     if readout:
         meta["readout"] = readout
-    tmp = path / (CONFIG + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-    os.replace(tmp, path / CONFIG)
+    write_text_atomic(path / CONFIG, json.dumps(meta, indent=2, sort_keys=True))
     write_manifest(path, [CONFIG, WEIGHTS])
     return path
 

@@ -95,13 +95,21 @@ def test_resume_refuses_a_different_command(reference, atlas_inputs, tiny_checkp
 
 
 def test_write_obsm(atlas_inputs, tiny_checkpoint, reference, tmp_path):
+    """Also issue 24: the copy was `.IN.h5ad.<pid>.tmp.h5ad`; a symlink planted under that name redirected it."""
+    import os
     import shutil
+    from pathlib import Path
 
     import anndata as ad
 
     inputs = [shutil.copy(p, tmp_path) for p in atlas_inputs]
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    for p in map(Path, inputs):
+        p.with_name(f".{p.name}.{os.getpid()}.tmp.h5ad").symlink_to(outside)
     store = tmp_path / "s.zarr"
     _run(inputs, store, tiny_checkpoint, write_obsm=True)
+    assert outside.read_text() == "precious"
     ref = _arrays(reference[0])
     for path, name in zip(inputs, ref):
         adata = ad.read_h5ad(path)

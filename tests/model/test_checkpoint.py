@@ -101,6 +101,33 @@ def test_http_download_verified(http_root, tmp_path, monkeypatch):
         resolve_checkpoint(f"{url}/tiny")
 
 
+def test_save_and_download_never_follow_a_planted_symlink(http_root, tmp_path):
+    """Issue 24: save_checkpoint wrote `model.safetensors.tmp`, `config.json.tmp` and `SHA256SUMS.<pid>.tmp`, and a
+    download `<file>.<pid>.part` and `SHA256SUMS.download`: a symlink planted under one of those names made the
+    package overwrite a file outside the directory."""
+    import os
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for name in (f"{WEIGHTS}.tmp", f"{CONFIG}.tmp", f"SHA256SUMS.{os.getpid()}.tmp"):
+        (ck / name).symlink_to(outside)
+    save_checkpoint(_model(), ck)
+    assert outside.read_text() == "precious"
+    assert load_checkpoint(ck).config == _model().config
+    root, url = http_root
+    for name in (CONFIG, WEIGHTS, "SHA256SUMS"):
+        shutil.copy(ck / name, root / name)
+    sha = checkpoint_sha256(ck)
+    target = tmp_path / "cache" / "checkpoints" / sha[:16]
+    target.mkdir(parents=True)
+    for name in ("SHA256SUMS.download", *(f"{n}.{os.getpid()}.part" for n in (CONFIG, WEIGHTS, "SHA256SUMS"))):
+        (target / name).symlink_to(outside)
+    assert resolve_checkpoint(f"{url}#sha256={sha}")[0] == target
+    assert outside.read_text() == "precious"
+
+
 @pytest.fixture
 def trickle_url(tmp_path, monkeypatch):
     """A loopback server that promises 1,000 bytes and sends one every 0.1 s; the cache goes to ``tmp_path``."""
@@ -148,16 +175,16 @@ def test_trickling_download_stops_at_the_deadline(trickle_url, tmp_path, monkeyp
             bj.settings.download_timeout = bad
 
 
-def test_download_progress_follows_verbosity(http_root, tmp_path, capsys, monkeypatch):
+def test_download_progress_follows_the_progress_setting(http_root, tmp_path, capsys, monkeypatch):
     root, url = http_root
     src = save_checkpoint(_model(), tmp_path / "c")
     shutil.copytree(src, root / "tiny")
     sha = checkpoint_sha256(src)
-    monkeypatch.setattr(bj.settings, "verbosity", 1)
+    monkeypatch.setattr(type(bj.settings), "show_progress", property(lambda self: False))
     resolve_checkpoint(f"{url}/tiny#sha256={sha}")
-    assert f"{WEIGHTS}:" not in capsys.readouterr().err  # quiet by default
+    assert f"{WEIGHTS}:" not in capsys.readouterr().err
     monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache2")
-    monkeypatch.setattr(bj.settings, "verbosity", 2)
+    monkeypatch.setattr(type(bj.settings), "show_progress", property(lambda self: True))
     resolve_checkpoint(f"{url}/tiny#sha256={sha}")
     assert f"{WEIGHTS}:" in capsys.readouterr().err  # a tqdm bar per file
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -68,14 +69,27 @@ def test_lock_is_free_after_a_run_and_temporary_names_are_per_process(tmp_path):
     unlock_run_dir(run_dir)
 
 
-def test_save_state_temporary_names_carry_the_pid(tmp_path, monkeypatch):
+def test_save_state_never_follows_a_planted_symlink(tmp_path, monkeypatch):
+    """Issue 24: states were written to `step_*.pt.<pid>.tmp` and `LATEST.<pid>.tmp`; a symlink planted
+    under those names made save_state overwrite a file outside the run directory."""
     import os
 
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    ckdir = tmp_path / "run" / "checkpoints"
+    ckdir.mkdir(parents=True)
+    planted = [ckdir / f"step_00000001.pt.{os.getpid()}.tmp", ckdir / f"LATEST.{os.getpid()}.tmp"]
+    for p in planted:
+        p.symlink_to(outside)
     seen = []
     real = torch.save
-    monkeypatch.setattr(torch, "save", lambda obj, f: (seen.append(str(f)), real(obj, f)))
-    save_state(tmp_path, {"step": 1})
-    assert seen and all(f".{os.getpid()}.tmp" in s for s in seen)
+    monkeypatch.setattr(torch, "save", lambda obj, f: (seen.append(Path(f)), real(obj, f)))
+    save_state(tmp_path / "run", {"step": 1})
+    assert outside.read_text() == "precious"
+    assert seen and all(p.parent == ckdir and p not in planted for p in seen)  # a random name beside the state
+    assert latest_state(tmp_path / "run") == ckdir / "step_00000001.pt"
+    assert load_state(ckdir / "step_00000001.pt")["step"] == 1
+    assert sorted(p.name for p in ckdir.iterdir() if not p.is_symlink()) == ["LATEST", "step_00000001.pt"]
 
 
 @pytest.fixture

@@ -153,3 +153,17 @@ def test_a_cache_read_by_a_run_is_not_rewritten_under_it(tmp_path):
     finally:
         preparing.kill()
         preparing.wait(timeout=30)
+
+
+def test_manifest_and_shards_never_follow_a_planted_symlink(tmp_path):
+    """Issue 24: the manifest was written to `manifest.json.<pid>.tmp`; a symlink planted there redirected it."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    _h5ad(tmp_path / "a.h5ad")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / f"manifest.json.{os.getpid()}.tmp").symlink_to(outside)
+    (cache / "shard_00000.npz").symlink_to(outside)  # the shard itself is written beside, then renamed
+    corpus = Corpus(prepare_corpus([{"path": str(tmp_path / "a.h5ad"), "layer": "counts"}], cache))
+    assert outside.read_text() == "precious"
+    assert corpus.n_cells == 30 and not (cache / "shard_00000.npz").is_symlink()

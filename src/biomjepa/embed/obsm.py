@@ -10,12 +10,12 @@ so re-running the same command still recognises its inputs.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 
+from .._files import atomic_path
 from .store import KEY, OBSM, AtlasStore
 
 logger = logging.getLogger(__name__)
@@ -45,8 +45,7 @@ def _write_one(st: AtlasStore, inp: dict, path: Path) -> None:
     from anndata.io import read_elem, write_elem
 
     g = st.root[inp["name"]]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.h5ad")
-    try:
+    with atomic_path(path, suffix=".h5ad") as tmp:  # a random name, created exclusively; renamed over the input
         shutil.copyfile(path, tmp)
         with h5py.File(tmp, "r+") as f:
             names = np.asarray(read_elem(f["obs"][f["obs"].attrs["_index"]]))
@@ -67,9 +66,6 @@ def _write_one(st: AtlasStore, inp: dict, path: Path) -> None:
                 del uns["biomjepa"]
             params = {k: v for k, v in st.manifest.items() if k != "inputs"}
             write_elem(uns, "biomjepa", {**prev, "params": _h5_safe(params)})
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _h5_safe(d: dict) -> dict:

@@ -2,8 +2,8 @@
 
 A state file ``run_dir/checkpoints/step_XXXXXXXX.pt`` holds student + predictor (``model``),
 ``teacher``, ``optimizer``, ``step``, ``consumed`` micro-batches, ``centre``, ``bad_steps``, RNG
-states (torch, CUDA, numpy, python) and the config. It is written to a temporary file (named after
-the writing process) and renamed, then ``LATEST`` (a text file naming it) is replaced the same way,
+states (torch, CUDA, numpy, python) and the config. It is written to a temporary file (a random
+name, created exclusively: :func:`biomjepa._files.atomic_path`) and renamed, then ``LATEST`` (a text file naming it) is replaced the same way,
 so a crash never leaves a torn checkpoint. Rank 0 writes; the state is identical across ranks (DDP
 + all-reduced centre).
 
@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from .._files import atomic_path, write_text_atomic
 
 logger = logging.getLogger(__name__)
 LATEST = "LATEST"
@@ -63,22 +65,14 @@ def _numpy_state(saved) -> tuple:
     return tuple(saved)  # pre-0.2: ("MT19937", uint32 ndarray, pos, has_gauss, cached_gaussian)
 
 
-def _tmp_name(path: Path) -> Path:
-    """A temporary name next to ``path`` that no other process uses."""
-    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
-
-
 def save_state(run_dir: str | os.PathLike, state: dict, *, keep: int = 2) -> Path:
     """Atomically write ``state`` (must hold ``step``) and point ``LATEST`` at it; keep the last ``keep``."""
     ckdir = Path(run_dir) / "checkpoints"
     ckdir.mkdir(parents=True, exist_ok=True)
     path = ckdir / f"step_{int(state['step']):08d}.pt"
-    tmp = _tmp_name(path)
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-    tmp = _tmp_name(ckdir / LATEST)
-    tmp.write_text(path.name)
-    os.replace(tmp, ckdir / LATEST)
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+    write_text_atomic(ckdir / LATEST, path.name)
     old = sorted(ckdir.glob("step_*.pt"))[:-keep] if keep > 0 else []
     for p in old:
         p.unlink(missing_ok=True)
