@@ -3,7 +3,8 @@
 :func:`atomic_path` hands out a fresh temporary file next to a target and renames it over the
 target once written. Its name is random and it is created exclusively (:func:`tempfile.mkstemp`,
 ``O_EXCL``), so another user who can write to the directory cannot plant a symlink under a name
-the package is about to write and make it overwrite a file elsewhere.
+the package is about to write and make it overwrite a file elsewhere. :func:`atomic_dir` does the
+same for a whole directory.
 
 :func:`lock` takes an ``flock`` on a lock file: exclusive for a process that writes a store or
 cache, shared for processes that read one. The kernel releases it when the process ends, so a
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -76,6 +78,33 @@ def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """A new, empty directory beside ``target`` (random name), swapped in for ``target`` when the block succeeds.
+
+    The directory ``target`` (if any) is replaced only once the new one is complete; when the block
+    raises, the new directory is removed and ``target`` is left as it was.
+    """
+    target = Path(target)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    old = tmp.with_name(tmp.name + ".old")
+    try:
+        os.chmod(tmp, 0o777 & ~_umask())
+        yield tmp
+        if target.exists():
+            os.rename(target, old)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if old.exists():
+                os.rename(old, target)
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_text_atomic(target: str | os.PathLike, text: str) -> None:

@@ -55,6 +55,7 @@ def _train(args: argparse.Namespace) -> None:
 
     overrides = [arg for s in args.set or [] for arg in ("--set", s)]
     export = ["--export", args.export] if args.export else []
+    export += ["--export-overwrite"] if args.export_overwrite else []
     code = train_main([args.config, *overrides, *export])
     if code:
         raise RuntimeError(f"training exited with code {code}")
@@ -121,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config key, value parsed as YAML, e.g. --set corpus=data/*.h5ad (repeatable)")
     t.add_argument("--export", metavar="DIR", default=None,
                    help="after training, export the teacher encoder as an inference checkpoint to DIR")
+    t.add_argument("--export-overwrite", action="store_true",
+                   help="replace DIR when it already holds a checkpoint (refused otherwise, before training)")
     t.set_defaults(func=_train)
 
     from .cli_graph import add_graph_parser

@@ -147,6 +147,31 @@ def test_cell_centre_needs_gene_centre(tmp_path):
         tiny_config(tmp_path, cell_centre=True, target_centre="global")
 
 
+def test_export_refuses_an_existing_directory_unless_told_to_replace_it(tmp_path):
+    """Issue 24: `export` overwrote an existing checkpoint silently."""
+    import json
+
+    from biomjepa.train.__main__ import main
+
+    run = pretrain(tiny_config(tmp_path, steps=1))
+    out = export(run, tmp_path / "export")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(FileExistsError, match=r"export/? already exists .*overwrite=True"):
+        export(run, out, which="student")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    with pytest.raises(SystemExit) as exc:  # the command line refuses before training
+        main(["no-such-config.yaml", "--export", str(out)])
+    assert exc.value.code == 2
+    assert export(run, out, which="student", overwrite=True) == out
+    assert json.loads((out / "config.json").read_text())["provenance"]["encoder"] == "student"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary left
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="not part of a checkpoint"):
+        export(run, tmp_path / "mine", overwrite=True)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "x"
+
+
 def test_export_records_pooling(tmp_path):
     import json
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._files import atomic_path, write_text_atomic
+from .._files import atomic_dir, atomic_path, write_text_atomic
 
 logger = logging.getLogger(__name__)
 LATEST = "LATEST"
@@ -215,9 +215,41 @@ def _short(value, n: int = 120) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+#: The files of an inference checkpoint directory: ``export(..., overwrite=True)`` replaces only a
+#: directory holding nothing else.
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "SHA256SUMS")
+
+
+def check_export_dir(out_dir: str | os.PathLike, *, overwrite: bool = False) -> Path:
+    """``out_dir`` as a Path, or an error when :func:`export` may not write there.
+
+    Refused: a file; an existing, non-empty directory unless ``overwrite``; and, even with
+    ``overwrite``, a directory holding anything but a checkpoint's files (it would be deleted).
+    """
+    p = Path(out_dir)
+    if p.exists() and not p.is_dir():
+        raise FileExistsError(f"export: {p} exists and is not a directory; give a new directory for the checkpoint.")
+    names = sorted(c.name for c in p.iterdir()) if p.is_dir() else []
+    if not names:
+        return p
+    if not overwrite:
+        raise FileExistsError(
+            f"export: {p} already exists ({', '.join(names[:5])}{', …' if len(names) > 5 else ''}) and export never "
+            "replaces a checkpoint silently. Pass overwrite=True (`--export-overwrite` on the command line) to "
+            "replace it, or give another directory."
+        )
+    foreign = [n for n in names if n not in CHECKPOINT_FILES and not n.endswith(".tmp")]  # + a crash's temporaries
+    if foreign:
+        raise FileExistsError(
+            f"export: {p} holds files that are not part of a checkpoint ({', '.join(foreign[:5])}), so "
+            "overwrite=True would delete them; give another directory, or empty it yourself."
+        )
+    return p
+
+
 def export(
     source, out_dir: str | os.PathLike, *, which: str = "teacher", dtype=torch.float32, pooling: str | None = None,
-    readout: dict | None = None,
+    readout: dict | None = None, overwrite: bool = False,
 ) -> Path:
     """Write the inference checkpoint (:func:`biomjepa.model.save_checkpoint`) of a run.
 
@@ -240,6 +272,9 @@ def export(
         Fixed feature statistics to record (:func:`biomjepa.nn.readout.readout_entry`, measured on
         the training corpus, e.g. by ``scripts/export_bundled.py --feature-cells``); the checkpoint
         then returns standardized embeddings.
+    overwrite
+        Replace ``out_dir`` when it already holds a checkpoint (the new one is written beside it
+        and swapped in once complete). Without it, an existing non-empty ``out_dir`` is refused.
     """
     from dataclasses import replace
 
@@ -249,6 +284,7 @@ def export(
 
     if which not in ("teacher", "student"):
         raise ValueError(f"which must be 'teacher' or 'student', got {which!r}.")
+    out_dir = check_export_dir(out_dir, overwrite=overwrite)
     state = source
     if not isinstance(source, dict):
         p = Path(source)
@@ -271,4 +307,8 @@ def export(
         "config": state["config"],
         "corpus": state.get("corpus", {}),
     }
-    return save_checkpoint(encoder, out_dir, provenance=prov, dtype=dtype, readout=readout)
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return save_checkpoint(encoder, out_dir, provenance=prov, dtype=dtype, readout=readout)
+    with atomic_dir(out_dir) as tmp:
+        save_checkpoint(encoder, tmp, provenance=prov, dtype=dtype, readout=readout)
+    return out_dir
