@@ -81,8 +81,9 @@ def main() -> None:
     export(state, out, which="teacher", dtype=torch.bfloat16, pooling=args.pooling, readout=readout)
     meta = json.loads((out / "config.json").read_text())
     size = (out / "model.safetensors").stat().st_size / 2**20
+    stats = f"{readout['n_cells']} corpus cells" if readout else "none"
     print(f"wrote {out} ({size:.1f} MiB), step {meta['provenance'].get('step')}, pooling {pooling}, "
-          f"feature statistics: {'%d corpus cells' % readout['n_cells'] if readout else 'none'}")
+          f"feature statistics: {stats}")
     print(json.dumps({"biomjepa-mini": {"path": f"_models/{out.name}", "version": args.version,
                                         "checkpoint_sha256": checkpoint_sha256(out),
                                         "sha256": meta["weights_sha256"]}}, indent=2))
