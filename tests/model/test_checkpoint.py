@@ -224,8 +224,8 @@ def test_fixed_feature_statistics_round_trip_and_standardize_every_cell_alike(tm
     meta["readout"]["scale"][0] = 0.0
     (tmp_path / "c" / CONFIG).write_text(json.dumps(meta))
     write_manifest(tmp_path / "c", [CONFIG, WEIGHTS])
-    with pytest.raises(CheckpointError, match="scale must be > 0"):
+    with pytest.raises(CheckpointError, match=r"scale must be > 0"):
         load_checkpoint(tmp_path / "c")
-    with pytest.raises(ValueError, match="readout.mean"):
+    with pytest.raises(ValueError, match=r"readout\.mean"):
         save_checkpoint(m, tmp_path / "d", readout={"standardize": True, "mean": [0.0], "scale": [1.0]})
     assert not (tmp_path / "d").exists()

@@ -40,3 +40,18 @@ def test_block_config_modes():
     assert preset("base").block_config().mode == "graph"
     rb = load_config("base", ["objective=random_block"]).block_config()
     assert rb.mode == "random" and rb.random_ratio == (0.104, 0.415)
+
+
+@pytest.mark.parametrize("key,value,msg", [
+    ("lr", float("nan"), "finite"), ("lr", -1e-3, "out of range"), ("checkpoint_every", 0, "out of range"),
+    ("momentum_end", 1.5, "out of range"), ("centre_rate", -0.1, "out of range"), ("grad_clip", 0, "out of range"),
+    ("lambda_var", float("inf"), "finite"), ("pred_dropout", 1.0, "out of range"), ("min_lr", 1.0, "min_lr"),
+])
+def test_numbers_out_of_range_are_refused_naming_the_key(key, value, msg):
+    from biomjepa.train import TrainConfig
+
+    with pytest.raises(ValueError, match=msg) as err:
+        TrainConfig.from_dict({"preset": "tiny", key: value})
+    assert key in str(err.value)
+    with pytest.raises(ValueError, match=key):
+        TrainConfig.from_dict({"preset": "tiny"}).with_overrides([f"{key}={value}"])

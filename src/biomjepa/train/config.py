@@ -127,6 +127,7 @@ class TrainConfig:
         for name in ("steps", "batch_size", "accumulation", "n_targets", "pred_layers", "pred_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        _check_ranges(self)
         for name in ("teacher_genes", "context_genes"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 or null (no budget), got {getattr(self, name)}.")
@@ -226,6 +227,46 @@ class TrainConfig:
             random_ratio=self.random_ratio if random else None,
             max_context=self.context_genes,
         )
+
+
+#: Range of every number a config may hold: (low, high, low inclusive, high inclusive); None = unbounded.
+RANGES: dict[str, tuple] = {
+    "seed": (0, None, True, None), "sort_pool": (1, None, True, None), "num_workers": (0, None, True, None),
+    "min_block": (1, None, True, None), "max_block": (1, None, True, None), "min_context": (0, None, True, None),
+    "dmt_k": (1, None, True, None), "gene_init_scale": (0, None, False, None), "pred_dropout": (0, 1, True, False),
+    "pred_width": (1, None, True, None), "tau": (0, None, False, None), "lambda_align": (0, None, True, None),
+    "lambda_cos": (0, None, True, None), "lambda_var": (0, None, True, None), "lambda_cov": (0, None, True, None),
+    "var_gamma": (0, None, True, None), "lambda_embed_var": (0, None, True, None),
+    "lambda_embed_cov": (0, None, True, None), "token_cap": (1, None, True, None),
+    "momentum_start": (0, 1, True, True), "momentum_end": (0, 1, True, True), "centre_rate": (0, 1, True, True),
+    "lr": (0, None, False, None), "min_lr": (0, None, True, None), "warmup_steps": (0, None, True, None),
+    "weight_decay": (0, None, True, None), "beta1": (0, 1, True, False), "beta2": (0, 1, True, False),
+    "grad_clip": (0, None, False, None), "checkpoint_every": (1, None, True, None),
+    "keep_checkpoints": (1, None, True, None), "max_bad_steps": (1, None, True, None), "log_every": (1, None, True, None),
+    "probe_cells": (2, None, True, None), "stop_at": (1, None, True, None),
+}
+
+
+def _check_ranges(cfg: TrainConfig) -> None:
+    """Refuse NaN/Inf and out-of-range numbers, naming the key, its value and the allowed range."""
+    import math
+
+    for name, (lo, hi, lo_in, hi_in) in RANGES.items():
+        v = getattr(cfg, name)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"TrainConfig {name}={v!r}: expected a finite number.")
+        bad = (lo is not None and (v < lo or (v == lo and not lo_in))) or \
+              (hi is not None and (v > hi or (v == hi and not hi_in)))
+        if bad:
+            left = "unbounded" if lo is None else ("[" if lo_in else "(") + str(lo)
+            right = "∞)" if hi is None else str(hi) + ("]" if hi_in else ")")
+            raise ValueError(f"TrainConfig {name}={v!r} is out of range; allowed: {left}, {right}.")
+    if cfg.min_block > cfg.max_block:
+        raise ValueError(f"TrainConfig min_block={cfg.min_block} > max_block={cfg.max_block}; set min_block <= max_block.")
+    if cfg.min_lr > cfg.lr:
+        raise ValueError(f"TrainConfig min_lr={cfg.min_lr} > lr={cfg.lr}; the cosine schedule decays from lr to min_lr.")
 
 
 _HINTS: dict | None = None

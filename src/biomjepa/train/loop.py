@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._files import atomic_path
 from ..data.shards import Corpus, ShardStream, prepare_corpus
 from .blocks import block_rng, sample_blocks
 from .checkpoint import load_latest_state, resume_mismatch, rng_state, save_state, set_rng_state
@@ -132,9 +133,8 @@ class Trainer:
         if saved is not None:
             self._check_resume(saved, corpus_key=self.corpus.meta["key"])
         if info.is_main:
-            tmp = self.run_dir / f"config.yaml.{os.getpid()}.tmp"
-            cfg.to_yaml(tmp)
-            os.replace(tmp, self.run_dir / "config.yaml")
+            with atomic_path(self.run_dir / "config.yaml") as tmp:
+                cfg.to_yaml(tmp)
         self.graph = open_graph(cfg, self.corpus, info)
         torch.manual_seed(cfg.seed)  # identical initialisation on every rank
         self.model = JEPA.from_train_config(cfg).to(info.device)
