@@ -154,6 +154,29 @@ class RssSampler:
         self.peak = max(self.peak, rss_mib())
 
 
+def reset_peak_memory(device) -> None:
+    """Start a peak-memory window: CUDA's allocator statistics, or the process's ``VmHWM`` on the CPU."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+    else:
+        reset_peak_rss()
+
+
+def peak_memory_mib(device) -> float:
+    """Peak since :func:`reset_peak_memory`: ``max_memory_allocated`` on CUDA, peak RSS (whole process) on the CPU."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        return torch.cuda.max_memory_allocated(dev) / 2**20
+    return peak_rss_mib()
+
+
 def fit_exponent(n, y, n_min: float = 0) -> float:
     """Least-squares slope of log y on log n over points with ``n >= n_min`` (NaN if < 2 points)."""
     import numpy as np

@@ -36,7 +36,7 @@ import subprocess
 import sys
 
 import numpy as np
-from _common import best_time, fit_exponent, peak_rss_mib, reset_peak_rss, rss_mib, write_csv
+from _common import best_time, fit_exponent, peak_rss_mib, reset_peak_rss, rss_mib, sync, write_csv
 
 MARK = "@@measure "
 
@@ -55,29 +55,89 @@ class DenseSelfAttention:
 
 
 def _workload(spec: dict):
-    """Build the inputs of one measurement; return the zero-argument forward to measure."""
+    """Build the inputs of one measurement; return the zero-argument forward to measure.
+
+    On CUDA (``spec["device"]``) the core runs on bf16 q, k, v and the encoder under bf16 autocast,
+    as ``tl.embed`` runs there; on the CPU everything is float32.
+    """
     import torch
     import torch.nn.functional as F
 
+    from biomjepa._device import autocast
     from biomjepa.nn import Encoder, ModelConfig, linear_attention
     from biomjepa.nn.attention import LinearSelfAttention
 
+    dev = torch.device(spec.get("device", "cpu"))
     cfg = ModelConfig.preset(spec["config"], n_layers=spec["layers"])
     n, dense = spec["n"], spec["kind"] == "dense"
     if spec["scope"] == "core":
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         g = torch.Generator().manual_seed(0)
-        q, k, v = (torch.randn(1, cfg.n_heads, n, cfg.d_model // cfg.n_heads, generator=g) for _ in range(3))
+        q, k, v = (torch.randn(1, cfg.n_heads, n, cfg.d_model // cfg.n_heads, generator=g).to(dev, dtype) for _ in range(3))
         if dense:
             return lambda: F.scaled_dot_product_attention(q, k, v)
         return lambda: linear_attention(q, k, v)
     torch.manual_seed(0)
-    enc = Encoder(cfg).eval()
-    ids = torch.randint(0, cfg.vocab_size, (1, n))
-    vals = torch.rand(1, n)
-    mask = torch.ones(1, n, dtype=torch.bool)
+    enc = Encoder(cfg).eval().to(dev)
+    ids = torch.randint(0, cfg.vocab_size, (1, n), device=dev)
+    vals = torch.rand(1, n, device=dev)
+    mask = torch.ones(1, n, dtype=torch.bool, device=dev)
     if dense:  # this process measures only dense: no need to restore
         LinearSelfAttention.forward = DenseSelfAttention.forward
-    return lambda: enc(ids, vals, mask)
+
+    def forward():
+        with autocast(dev):
+            return enc(ids, vals, mask)
+
+    return forward
+
+
+def longest_cell(spec: dict) -> dict:
+    """Child side: the whole encoder (``spec["config"]``, all its layers) on one cell of n, 2n, 4n … tokens.
+
+    Doubles from ``spec["n"]`` up to ``spec["max_n"]`` and stops at the first length that runs out
+    of memory (CUDA) or takes longer than ``spec["max_s"]`` seconds. Returns every length tried
+    with its time and peak memory and the longest that ran (``longest``).
+    """
+    import time
+
+    import torch
+
+    from biomjepa._device import autocast
+    from biomjepa.nn import Encoder, ModelConfig
+
+    dev = torch.device(spec.get("device", "cpu"))
+    torch.manual_seed(0)
+    enc = Encoder(ModelConfig.preset(spec["config"])).eval().to(dev)
+    rows, n, longest = [], spec["n"], 0
+    while n <= spec["max_n"]:
+        try:
+            with torch.inference_mode(), autocast(dev):
+                ids = torch.randint(0, enc.config.vocab_size, (1, n), device=dev)
+                vals, mask = torch.rand(1, n, device=dev), torch.ones(1, n, dtype=torch.bool, device=dev)
+                if dev.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(dev)
+                gc.collect()
+                reset_peak_rss()
+                base = rss_mib()
+                t0 = time.perf_counter()
+                enc(ids, vals, mask)
+                sync(dev)
+                seconds = time.perf_counter() - t0
+            peak = torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else peak_rss_mib() - base
+        except torch.OutOfMemoryError:
+            rows.append({"tokens": n, "seconds": float("nan"), "peak_mib": float("nan"), "fits": False})
+            break
+        finally:
+            ids = vals = mask = None
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+        rows.append({"tokens": n, "seconds": seconds, "peak_mib": peak, "fits": True})
+        longest = n
+        if seconds > spec["max_s"]:
+            break
+        n *= 2
+    return {"rows": rows, "longest": longest, "threads": torch.get_num_threads()}
 
 
 def measure(spec: dict) -> dict:
@@ -88,12 +148,16 @@ def measure(spec: dict) -> dict:
 
     if spec["threads"]:
         torch.set_num_threads(spec["threads"])
+    if spec["scope"] == "longest":
+        return longest_cell(spec)
     ctx = contextlib.nullcontext()
     if spec["kind"] == "dense" and spec["dense_backend"] == "math":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         ctx = sdpa_kernel(SDPBackend.MATH)
     fn = _workload(spec)
+    if spec.get("device", "cpu").startswith("cuda"):
+        return _measure_cuda(fn, spec, ctx)
     with torch.inference_mode(), ctx:
         gc.collect()
         exact = reset_peak_rss()
@@ -108,6 +172,28 @@ def measure(spec: dict) -> dict:
         "baseline_mib": base,
         "threads": torch.get_num_threads(),
     }
+
+
+def _measure_cuda(fn, spec: dict, ctx) -> dict:
+    """:func:`measure` on CUDA: peak = ``max_memory_allocated`` above the inputs; synchronized timings."""
+    import torch
+
+    dev = torch.device(spec["device"])
+    with torch.inference_mode(), ctx:
+        sync(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        base = torch.cuda.memory_allocated(dev)
+        fn()
+        sync(dev)
+        peak = (torch.cuda.max_memory_allocated(dev) - base) / 2**20
+
+        def timed():
+            fn()
+            sync(dev)
+
+        seconds = best_time(timed, spec["repeats"])
+    return {"seconds": seconds, "peak_mib": peak, "hwm_reset": True, "baseline_mib": base / 2**20,
+            "threads": torch.get_num_threads()}
 
 
 MALLOC_REUSE = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(64 << 30)}
@@ -156,6 +242,7 @@ def main() -> None:
         action="store_true",
         help="measure with glibc's mmap/trim thresholds raised (freed memory reused, no per-call page faults)",
     )
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (CUDA: bf16, peak = max_memory_allocated)")
     p.add_argument("--out", default="bench_attention.csv")
     p.add_argument("--_measure", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -175,6 +262,7 @@ def main() -> None:
         "threads": args.threads,
         "dense_backend": args.dense_backend,
         "malloc_reuse": args.malloc_reuse,
+        "device": args.device,
     }
     rows, exact = [], True
     for n in args.lengths:

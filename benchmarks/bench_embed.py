@@ -58,17 +58,20 @@ def load_cells(n_cells: int, genes_per_cell: int | None, seed: int = 0):
 
 
 def run(
-    cfg_name: str, cells, batch_size: int, label: str, device: str = "cpu", peak: float | None = None, repeats: int = 3
+    cfg_name: str, cells, batch_size: int, label: str, device: str = "cpu", peak: float | None = None, repeats: int = 3,
+    model=None,
 ) -> dict:
+    """One row: ``model`` (default: a random-initialised ``cfg_name`` preset) embedding ``cells``."""
     import torch
 
     from biomjepa.model import BiomJEPA
     from biomjepa.nn import ModelConfig
     from biomjepa.tl._embed import embed_cells
 
-    cfg = ModelConfig.preset(cfg_name)
-    torch.manual_seed(0)
-    model = BiomJEPA(cfg).eval()
+    if model is None:
+        torch.manual_seed(0)
+        model = BiomJEPA(ModelConfig.preset(cfg_name)).eval()
+    cfg = model.config
     dev = torch.device(device)
     warm = cells.subset(np.arange(min(batch_size, len(cells))))
     embed_cells(model, warm, batch_size=batch_size, device=dev)  # warm-up (returns host arrays: synchronized)

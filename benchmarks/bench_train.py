@@ -66,7 +66,7 @@ def make_corpus(tmp: Path, n: int, genes: int, universe: int, V: int) -> str:
 def measure(name: str, over: dict, args, tmp: Path, graph: str, universe: int) -> dict:
     """Time ``args.steps`` optimizer steps of one recipe (after a warm-up) and count one step's FLOPs."""
     import _kit
-    from _common import gemm_gflops
+    from _common import gemm_gflops, peak_memory_mib, reset_peak_memory
     from torch.utils.flop_counter import FlopCounterMode
 
     from biomjepa.train import TrainConfig
@@ -91,8 +91,10 @@ def measure(name: str, over: dict, args, tmp: Path, graph: str, universe: int) -
         tr.step += 1
         return row | {"_cells": cells}, dt
 
+    reset_peak_memory(tr.info.device)
     step()  # warm-up
     timed = [step() for _ in range(args.steps)]
+    peak = peak_memory_mib(tr.info.device)
     with FlopCounterMode(display=False) as counter:
         counted, _ = step()
     flops_per_token = counter.get_total_flops() / _step_tokens(counted)
@@ -100,7 +102,7 @@ def measure(name: str, over: dict, args, tmp: Path, graph: str, universe: int) -
     tokens = float(np.mean([_step_tokens(r) for r, _ in timed]))
     mc = cfg.model_config()
     gflops = flops_per_token * tokens / dt / 1e9
-    gemm = gemm_gflops(cfg.batch_size * args.genes, mc.d_model, mc.d_ff)
+    gemm = gemm_gflops(cfg.batch_size * args.genes, mc.d_model, mc.d_ff, device=str(tr.info.device))
     return {
         "recipe": name, "preset": args.preset, "device": str(tr.info.device), "threads": torch.get_num_threads(),
         "batch_size": cfg.batch_size, "accumulation": cfg.accumulation, "teacher_genes": cfg.teacher_genes,
@@ -108,7 +110,7 @@ def measure(name: str, over: dict, args, tmp: Path, graph: str, universe: int) -
         "cells_per_s": cells / dt, "tokens_per_cell": tokens / cells, "tokens_per_s": tokens / dt,
         "flops_per_token": flops_per_token, "gflops_per_cell": flops_per_token * tokens / cells / 1e9,
         "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,
-        "loss_first": timed[0][0]["loss"], "loss_last": timed[-1][0]["loss"],
+        "loss_first": timed[0][0]["loss"], "loss_last": timed[-1][0]["loss"], "peak_mib": peak,
     }
 
 
@@ -121,6 +123,7 @@ def main() -> None:
     ap.add_argument("--genes", type=int, default=1500, help="observed genes per synthetic cell")
     ap.add_argument("--batch", type=int, default=8, help="batch size of recipes that do not set one")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    ap.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (CUDA: bf16 autocast, as the loop runs)")
     ap.add_argument("--out", default=None, help="CSV name under results/ (default bench_train_<preset>.csv)")
     args = ap.parse_args()
     if args.threads:
@@ -131,7 +134,8 @@ def main() -> None:
     universe = _kit.UNIVERSE = max(4000, 2 * args.genes)
     tmp = Path(tempfile.mkdtemp())
     graph = _kit.make_graph(tmp)
-    rows = [measure(name, over, args, tmp, graph, universe) for name, over in map(recipe_overrides, args.recipe or [args.preset])]
+    rows = [measure(name, {"device": args.device, **over}, args, tmp, graph, universe)
+            for name, over in map(recipe_overrides, args.recipe or [args.preset])]
     for r in rows:
         r["speedup"] = r["cells_per_s"] / rows[0]["cells_per_s"]
     path = write_csv(rows, args.out or f"bench_train_{args.preset}.csv")

@@ -48,6 +48,17 @@ def score_missing(run: Path, have: set[int]) -> list[dict]:
     return rows
 
 
+def choose(table, min_rank: float = 15.0, max_depth: float = 0.3):
+    """The row with the highest validation F1 among rows of rank ≥ ``min_rank`` and depth ≤ ``max_depth``.
+
+    Returns ``(row, qualified)``; ``qualified`` is ``False`` when no row met both bounds (then the
+    best of all rows is returned).
+    """
+    ok = table[(table.effective_rank >= min_rank) & (table.depth_nnz <= max_depth)]
+    pool = ok if len(ok) else table
+    return pool.loc[pool["macro_f1_k5"].idxmax()], bool(len(ok))
+
+
 def main() -> None:
     import pandas as pd
 
@@ -62,13 +73,11 @@ def main() -> None:
     have = set(logged["step"].astype(int)) if len(logged) else set()
     table = pd.concat([logged, pd.DataFrame(score_missing(run, have))], ignore_index=True)
     table = table.sort_values(["step", "pooling"]).reset_index(drop=True)
-    ok = table[(table.effective_rank >= args.min_rank) & (table.depth_nnz <= args.max_depth)]
-    pool = ok if len(ok) else table
-    best = pool.loc[pool["macro_f1_k5"].idxmax()]
+    best, qualified = choose(table, args.min_rank, args.max_depth)
     print(table.round(3).to_string(index=False))
     print(f"chosen: step {int(best.step)}, pooling {best.pooling} (validation F1 {best.macro_f1_k5:.3f}, "
           f"rank {best.effective_rank:.1f}, depth_nnz {best.depth_nnz:.2f}; "
-          f"{'meets' if len(ok) else 'no pair meets'} rank ≥ {args.min_rank:g} and depth ≤ {args.max_depth:g})")
+          f"{'meets' if qualified else 'no pair meets'} rank ≥ {args.min_rank:g} and depth ≤ {args.max_depth:g})")
     out = args.out or f"checkpoint_selection_{run.name}.csv"
     print("wrote", write_csv(table.to_dict("records"), out))
 

@@ -1,0 +1,122 @@
+"""The GPU suite (``benchmarks/gpu_suite.py``) in its quick CPU mode, its resume and ``eval_gpu_run.py``.
+
+The suite exists to be run on a GPU machine that is lent now and then; these tests go through all its
+steps at toy sizes on the CPU so that it does not rot in between. The benchmark scripts are not a
+package: they are imported from ``benchmarks/`` as they import each other.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+
+def _run(*args, timeout: float = 900) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    return r
+
+
+def _status(out: Path) -> pd.Series:
+    fig = pd.read_csv(out / "figures.csv")
+    return fig[fig["name"] == "status"].set_index("step")["note"]
+
+
+@pytest.fixture(scope="module")
+def suite_dir(tmp_path_factory, shared_data) -> Path:
+    out = tmp_path_factory.mktemp("gpu_suite") / "out"
+    _run(BENCH / "gpu_suite.py", "--out", out, "--device", "cpu", "--quick")
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+def test_quick_suite_runs_every_step(suite_dir):
+    from gpu_suite import OUTPUTS
+
+    files = sorted(p.name for p in suite_dir.iterdir())
+    assert set(files) == set(OUTPUTS) and len(files) <= 8
+    status = _status(suite_dir)
+    assert list(status.index) == list("abcdefgh") and (status == "ok").all(), status.to_dict()
+    assert (suite_dir / "checkpoint.tar.gz").stat().st_size < 16 * 2**20
+    probe = pd.read_csv(suite_dir / "probe.csv")
+    assert {"step", "pooling", "macro_f1_k5"} <= set(probe.columns) and probe["step"].max() >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+def test_quick_suite_resumes_a_run(suite_dir):
+    run = suite_dir.with_name(suite_dir.name + "_work") / "runs" / "gpu-suite-biomjepa-mini-v0.3"
+    before = int(pd.read_csv(run / "log.csv")["step"].max())
+    _run(BENCH / "gpu_suite.py", "--out", suite_dir, "--device", "cpu", "--quick", "--steps", "h", "--resume-from", run)
+    log = pd.read_csv(run.with_name(run.name + "-resumed") / "log.csv")
+    assert log["step"].min() == 0 and log["step"].max() > before  # the copied log goes on from the saved step
+    assert list(log["step"]) == list(range(len(log)))
+    status = _status(suite_dir)
+    assert list(status.index) == list("abcdefgh") and (status == "ok").all(), status.to_dict()  # a-g rows kept
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+def test_eval_gpu_run_on_the_quick_suite(suite_dir, tmp_path):
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n")
+    _run(BENCH / "eval_gpu_run.py", suite_dir, "--doc", doc, "--results", tmp_path, "--probe-cells", "48", "--tag", "q")
+    text = doc.read_text()
+    assert text.count("<!-- gpu-suite:q -->") == 1 and "Quick mode" in text and "Validation (48" in text
+    val = pd.read_csv(tmp_path / "gpu_run_q_validation.csv")
+    mine = val[val["model"] == "returned"]
+    np.testing.assert_allclose(mine["macro_f1_k5"], mine["logged_f1_on_device"], atol=1e-6)  # same cells, same code
+
+
+def test_doc_section_is_replaced_not_repeated(tmp_path):
+    from eval_gpu_run import section, write_section
+
+    fig = pd.DataFrame([{"step": "b", "name": "cosine_min", "value": 0.995, "unit": "", "reference": 0.99,
+                         "ratio": 0.995 / 0.99, "note": "a | b", "quick": False}])
+    doc = tmp_path / "p.md"
+    doc.write_text("# P\n\nkept\n")
+    write_section(doc, section(fig, "t", None), "t")
+    write_section(doc, section(fig.assign(value=0.996), "t", None), "t")
+    text = doc.read_text()
+    assert text.startswith("# P\n\nkept\n") and text.count("gpu-suite:t -->") == 2  # one opening, one closing marker
+    assert "| b | cosine_min | 0.996  | 0.99 | 1.01 | a / b |" in text
+
+
+def test_bidirectional_linear_attention_from_a_final_state():
+    """The composition the suite times for fla's kernels equals the package's bidirectional linear attention."""
+    import torch
+    from _gpu_suite_bench import bidirectional_from_state
+
+    from biomjepa.nn.attention import linear_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 50, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    out = bidirectional_from_state(q, k, v, lambda fq, fk, v: fk.transpose(-1, -2) @ v)
+    torch.testing.assert_close(out, linear_attention(q, k, v), rtol=1e-10, atol=1e-12)
+
+
+def test_stage_parts_reassemble(tmp_path):
+    from gpu_stage import split_into_parts
+
+    rng = np.random.default_rng(0)
+    files = []
+    for name, size in (("a.bin", 2500), ("b.bin", 700), ("c.bin", 1000)):
+        files.append(tmp_path / name)
+        files[-1].write_bytes(rng.bytes(size))
+    folders = split_into_parts(files, 1000, tmp_path / "stage")
+    assert all(sum(p.stat().st_size for p in d.iterdir()) <= 1000 for d in folders)
+    for f in files:
+        parts = sorted((p for d in folders for p in d.glob(f"{f.name}.part*")), key=lambda p: p.name)
+        assert b"".join(p.read_bytes() for p in parts) == f.read_bytes()
