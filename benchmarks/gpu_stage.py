@@ -145,6 +145,8 @@ def pack_resume(run: Path, out: Path) -> None:
 
 def wheels(into: Path) -> None:
     into.mkdir(parents=True, exist_ok=True)
+    if len(list(into.glob("*.whl"))) == len(WHEELS):  # fetched before
+        return
     plat = [a for p in PLATFORMS for a in ("--platform", p)]
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                     "--python-version", "3.12", "--implementation", "cp", *plat, "-d", str(into), *WHEELS], check=True)
