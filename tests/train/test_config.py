@@ -42,7 +42,7 @@ def test_block_config_modes():
     assert rb.mode == "random" and rb.random_ratio == (0.104, 0.415)
 
 
-@pytest.mark.parametrize("key,value,msg", [
+@pytest.mark.parametrize(("key", "value", "msg"), [
     ("lr", float("nan"), "finite"), ("lr", -1e-3, "out of range"), ("checkpoint_every", 0, "out of range"),
     ("momentum_end", 1.5, "out of range"), ("centre_rate", -0.1, "out of range"), ("grad_clip", 0, "out of range"),
     ("lambda_var", float("inf"), "finite"), ("pred_dropout", 1.0, "out of range"), ("min_lr", 1.0, "min_lr"),
