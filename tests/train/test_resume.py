@@ -1,3 +1,7 @@
+import logging
+import os
+
+import pytest
 import torch
 from _kit import tiny_config
 
@@ -34,3 +38,77 @@ def test_kill_resume_is_bit_exact(tmp_path):
     assert trainer.step == k
     trainer.run()
     _equal_states(load_state(latest_state(straight)), load_state(latest_state(trainer.run_dir)))
+
+
+# -- issue 24: changed settings are recorded from the step where they changed, never silent ----------------
+@pytest.fixture
+def stopped_run(tmp_path):
+    """A tiny run stopped (checkpointed) at step 2 of 4."""
+    cfg = tiny_config(tmp_path, run_name="r", steps=4, stop_at=2)
+    return cfg, pretrain(cfg)
+
+
+def _resumed(cfg: TrainConfig, **change) -> Trainer:
+    return Trainer(TrainConfig.from_dict({**cfg.to_dict(), "stop_at": None, **change}), DistInfo())
+
+
+def test_resume_with_another_lr_is_recorded_as_a_change_from_that_step(stopped_run):
+    cfg, run_dir = stopped_run
+    trainer = _resumed(cfg, lr=5e-4, lambda_var=0.1)
+    assert trainer.step == 2
+    assert trainer.config_changes == [{"step": 2, "key": "lambda_var", "old": cfg.lambda_var, "new": 0.1},
+                                      {"step": 2, "key": "lr", "old": 0.001, "new": 0.0005}]
+    log = (run_dir / "changes.log").read_text().splitlines()
+    assert len(log) == 2 and log[1].endswith("resumed with changed settings from step 2: lr 0.001 → 0.0005")
+    trainer.run()
+    state = load_state(latest_state(run_dir))
+    assert state["step"] == 4 and state["config_changes"] == trainer.config_changes
+    again = _resumed(cfg, lr=5e-4, lambda_var=0.1, steps=6)  # the saved config is now the changed one
+    assert again.config_changes == [*trainer.config_changes, {"step": 4, "key": "steps", "old": 4, "new": 6}]
+    assert len((run_dir / "changes.log").read_text().splitlines()) == 3
+
+
+def test_stop_at_and_other_run_keys_are_not_changes(stopped_run):
+    cfg, run_dir = stopped_run
+    trainer = _resumed(cfg, stop_at=3, checkpoint_every=1, keep_checkpoints=5, progress=True)
+    assert trainer.config_changes == [] and not (run_dir / "changes.log").exists()
+
+
+@pytest.mark.parametrize("change", [{"seed": 7}, {"batch_size": 2}, {"accumulation": 2}])
+def test_resume_with_another_data_order_is_refused_unless_allowed(stopped_run, change):
+    cfg, run_dir = stopped_run
+    (key, new), = change.items()
+    with pytest.raises(ValueError, match=rf"another data order \({key}: .* → {new}\).*allow_resume_mismatch"):
+        _resumed(cfg, **change)
+    assert not (run_dir / "changes.log").exists()
+    trainer = _resumed(cfg, allow_resume_mismatch=True, **change)
+    assert trainer.step == 2 and [c["key"] for c in trainer.config_changes] == [key]
+    assert f"step 2: {key} " in (run_dir / "changes.log").read_text()
+
+
+def test_a_state_without_the_new_records_resumes_as_before(stopped_run):
+    """States saved before issue 24 hold no `config_changes` and no `corpus.inputs`: they resume unchanged."""
+    cfg, run_dir = stopped_run
+    path = latest_state(run_dir)
+    state = load_state(path)
+    assert state["config_changes"] == [] and state["corpus"]["inputs"]
+    del state["config_changes"], state["corpus"]["inputs"]
+    torch.save(state, path)
+    trainer = _resumed(cfg)
+    assert trainer.step == 2 and trainer.config_changes == []
+    trainer.run()
+    assert load_state(latest_state(run_dir))["config_changes"] == []
+
+
+def test_resume_on_changed_corpus_files_is_refused_unless_allowed(stopped_run, caplog):
+    cfg, run_dir = stopped_run
+    shard = cfg.corpus[1]
+    st = os.stat(shard)
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the same name, a new file
+    manifest = (run_dir.parent.parent / "cache" / "manifest.json").read_text()
+    with pytest.raises(ValueError, match=rf"corpus files that have changed since .*{shard}.*allow_resume_mismatch"):
+        _resumed(cfg)
+    assert (run_dir.parent.parent / "cache" / "manifest.json").read_text() == manifest  # refused before re-preparing
+    with caplog.at_level(logging.WARNING):
+        trainer = _resumed(cfg, allow_resume_mismatch=True)
+    assert trainer.step == 2 and "corpus files changed" in caplog.text

@@ -224,6 +224,16 @@ def _identity(specs: list[dict]) -> list[dict]:
     return list(out.values())
 
 
+def corpus_inputs(corpus) -> list[dict]:
+    """``{path, size, mtime_ns}`` of every input file of a corpus description (what a manifest's ``inputs`` records)."""
+    return _identity(_specs(corpus))
+
+
+def changed_inputs(recorded: list[dict], now: list[dict]) -> list[str]:
+    """Paths whose size/mtime differ between two ``inputs`` records (or that are in one only)."""
+    return _changed(recorded, now)
+
+
 def _changed(recorded: list[dict], now: list[dict]) -> list[str]:
     """Paths whose size/mtime differ between two :func:`_identity` records (or are in one only)."""
     old, new = {i["path"]: i for i in recorded}, {i["path"]: i for i in now}

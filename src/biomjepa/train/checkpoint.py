@@ -9,7 +9,9 @@ so a crash never leaves a torn checkpoint. Rank 0 writes; the state is identical
 
 Everything in a state is a tensor, a number, a string or a list/tuple/dict of those, so
 :func:`load_state` reads it with ``torch.load(weights_only=True)``: a crafted ``step_*.pt`` cannot
-run code. :func:`resume_mismatch` names what differs between a saved state and a new config.
+run code. :func:`resume_mismatch` names what differs between a saved state and a new config;
+:func:`config_changes` lists the training settings a resumed run changes (recorded in the state's
+``config_changes``, :mod:`biomjepa.train.resume`). States written before either was added load the same.
 """
 
 from __future__ import annotations
@@ -192,6 +194,13 @@ def resume_mismatch(
     Each of the encoder's ``model_config`` (reported as ``model.KEY``), the :data:`RESUME_KEYS` of
     the training ``config`` and the prepared ``corpus_key`` is compared when given.
     """
+    return [m["text"] for m in mismatches(saved, config=config, model_config=model_config, corpus_key=corpus_key)]
+
+
+def mismatches(
+    saved: dict, *, config: dict | None = None, model_config: dict | None = None, corpus_key: str | None = None
+) -> list[dict]:
+    """``{key, old, new, text}`` of every difference :func:`resume_mismatch` reports."""
     from ..nn.config import ModelConfig
 
     out = []
@@ -199,15 +208,53 @@ def resume_mismatch(
         old_mc = ModelConfig.from_dict(saved.get("model_config", {})).to_dict()  # older states: defaults filled in
         for k in sorted(set(old_mc) | set(model_config)):
             if _plain(old_mc.get(k)) != _plain(model_config.get(k)):
-                out.append(f"model.{k}: {old_mc.get(k)!r} → {model_config.get(k)!r}")
+                text = f"model.{k}: {old_mc.get(k)!r} → {model_config.get(k)!r}"
+                out.append(_mismatch(f"model.{k}", old_mc.get(k), model_config.get(k), text))
     old = saved.get("config", {})
     for k in RESUME_KEYS if config is not None else ():
         if k in old and _plain(old[k]) != _plain(config.get(k)):
-            out.append(f"{k}: {_short(old[k])} → {_short(config.get(k))}")
+            out.append(_mismatch(k, old[k], config.get(k), f"{k}: {_short(old[k])} → {_short(config.get(k))}"))
     old_key = saved.get("corpus", {}).get("key")
     if corpus_key is not None and old_key is not None and old_key != corpus_key:
-        out.append(f"corpus key (prepared shards): {old_key} → {corpus_key}")
+        out.append(_mismatch("corpus key", old_key, corpus_key, f"corpus key (prepared shards): {old_key} → {corpus_key}"))
     return out
+
+
+def _mismatch(key: str, old, new, text: str) -> dict:
+    return {"key": key, "old": _plain(old), "new": _plain(new), "text": text}
+
+
+#: TrainConfig keys that steer one invocation (where it runs, logs and checkpoints, when it stops),
+#: not what is trained: resuming with other values is not a change of the run.
+RUN_KEYS = ("out_dir", "run_name", "stop_at", "cache_dir", "device", "checkpoint_every", "keep_checkpoints",
+            "max_bad_steps", "log_every", "tensorboard", "progress", "log_cell_ids", "allow_resume_mismatch",
+            "probe", "probe_obs", "probe_label_key", "probe_cells")
+#: Keys that decide which cells the next steps see (the data stream is a function of them and of
+#: the step): a resumed run with other values is refused unless ``allow_resume_mismatch``.
+DATA_ORDER_KEYS = ("seed", "batch_size", "accumulation", "num_workers", "sort_pool")
+
+
+def config_changes(saved: dict, config: dict, *, step: int) -> list[dict]:
+    """``{step, key, old, new}`` for each training setting (lr, schedules, loss weights, seed, ...) a resumed run changes.
+
+    Keys the saved config lacks (added since it was written) are not changes; nor are the
+    :data:`RUN_KEYS`, nor the :data:`RESUME_KEYS` and the encoder config (which
+    :func:`resume_mismatch` compares). Values are JSON-normalised, so a state holding them still
+    loads with ``weights_only=True``.
+    """
+    old = saved.get("config", {})
+    skip = {*RUN_KEYS, *RESUME_KEYS, "model", "model_overrides"}
+    out = []
+    for k, new in config.items():
+        if k in skip or k not in old or _plain(old[k]) == _plain(new):
+            continue
+        out.append({"step": int(step), "key": k, "old": _plain(old[k]), "new": _plain(new)})
+    return out
+
+
+def describe_change(change: dict) -> str:
+    """``"step 250: lr 0.001 → 0.0005"``."""
+    return f"step {change['step']}: {change['key']} {_short(change['old'])} → {_short(change['new'])}"
 
 
 def _short(value, n: int = 120) -> str:

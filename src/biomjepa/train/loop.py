@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -26,15 +25,17 @@ import torch
 from .._files import atomic_path
 from ..data.shards import Corpus, ShardStream, prepare_corpus
 from .blocks import block_rng, sample_blocks
-from .checkpoint import load_latest_state, resume_mismatch, rng_state, save_state, set_rng_state
+from .checkpoint import load_latest_state, rng_state, save_state, set_rng_state
 from .config import TrainConfig, load_config
 from .distributed import DistInfo, all_reduce_, all_reduce_mean, barrier, cleanup, init_distributed, wrap_ddp
 from .ema import ema_update, make_teacher, update_centre, update_centre_rows
 from .inputs import build_inputs
 from .jepa import JEPA
 from .objectives import compute_objective, effective_rank
+from .resume import check_resume, check_resume_corpus, inputs_record, record_changes
 from .runlock import lock_run_dir, unlock_run_dir
 from .schedules import lr_at, momentum_at
+from .signals import GracefulStop
 from .views import gene_budget
 
 logger = logging.getLogger(__name__)
@@ -126,13 +127,16 @@ class Trainer:
         cfg, info = self.cfg, self.info
         latest = load_latest_state(self.run_dir, map_location=info.device)  # falls back past a damaged file
         saved = latest[1] if latest is not None else None
-        if saved is not None:
-            self._check_resume(saved)  # before the corpus cache or config.yaml can be rewritten
+        changes = []
+        if saved is not None:  # before the corpus cache or config.yaml can be rewritten
+            changes = check_resume(saved, cfg, self.run_dir)
         barrier(info)
         self.corpus = open_corpus(cfg, self.run_dir, info)
         if saved is not None:
-            self._check_resume(saved, corpus_key=self.corpus.meta["key"])
+            changes += check_resume_corpus(saved, self.corpus.meta, cfg, self.run_dir)
+        self.config_changes = [*(saved or {}).get("config_changes", []), *changes]
         if info.is_main:
+            record_changes(self.run_dir, changes)
             with atomic_path(self.run_dir / "config.yaml") as tmp:
                 cfg.to_yaml(tmp)
         self.graph = open_graph(cfg, self.corpus, info)
@@ -150,23 +154,6 @@ class Trainer:
         if saved is not None:
             self._restore(saved)
         self.ddp = wrap_ddp(self.model, info)
-
-    def _check_resume(self, saved: dict, corpus_key: str | None = None) -> None:
-        """Refuse to resume a state saved for another corpus or model (``allow_resume_mismatch`` overrides)."""
-        if corpus_key is None:
-            diff = resume_mismatch(saved, config=self.cfg.to_dict(), model_config=self.cfg.model_config().to_dict())
-        else:
-            diff = resume_mismatch(saved, corpus_key=corpus_key)
-        if not diff:
-            return
-        listed = "; ".join(diff)
-        if not self.cfg.allow_resume_mismatch:
-            raise ValueError(
-                f"{self.run_dir} holds a training state (step {saved.get('step')}) saved with another corpus or "
-                f"model config; resuming would continue it on different settings: {listed}. Give this run a new "
-                "`run_name`/`out_dir`, restore the saved settings, or set `allow_resume_mismatch=true` to resume anyway."
-            )
-        logger.warning("allow_resume_mismatch: resuming step %s with changed settings: %s", saved.get("step"), listed)
 
     def _check_shapes(self, saved: dict) -> None:
         """Refuse (before ``load_state_dict``) a state whose tensors do not fit this model."""
@@ -217,8 +204,17 @@ class Trainer:
             "rng": rng_state(),
             "config": self.cfg.to_dict(),
             "model_config": self.model.config.to_dict(),
-            "corpus": {"key": self.corpus.meta["key"], "shards": [s["source"] for s in self.corpus.meta["shards"]]},
+            "corpus": self._corpus_record(),
+            "config_changes": [dict(c) for c in self.config_changes],
         }
+
+    def _corpus_record(self) -> dict:
+        meta = self.corpus.meta
+        out = {"key": meta["key"], "shards": [s["source"] for s in meta["shards"]]}
+        inputs = inputs_record(meta)
+        if inputs is not None:  # size + mtime of every input file: a resume on changed files is refused
+            out["inputs"] = inputs
+        return out
 
     def _restore(self, state: dict) -> None:
         self._check_shapes(state)
@@ -263,27 +259,42 @@ class Trainer:
         return iter(loader)
 
     def run(self) -> Path:
+        """Train to ``min(steps, stop_at)``; SIGTERM/SIGINT end the run after the current step, with a saved state."""
         from .logs import StepLogger
 
         cfg = self.cfg
         log = StepLogger(self.run_dir, LOG_FIELDS, cfg, enabled=self.info.is_main, start=self.step)
         data = self.batches()
-        if self.step == 0 and self.info.is_main:
-            self._score_probe()  # the untrained encoder: the start of the rank/depth trajectory
+        saved_at = self.step
         try:
-            end = min(cfg.steps, cfg.stop_at or cfg.steps)
-            while self.step < end:
-                row = self.train_step(data)
-                log.write(row)
-                self.step += 1
-                if self.step % cfg.checkpoint_every == 0 or self.step == end:
-                    self.save()
+            with GracefulStop() as stop:
+                if self.step == 0 and self.info.is_main:
+                    self._score_probe()  # the untrained encoder: the start of the rank/depth trajectory
+                end = min(cfg.steps, cfg.stop_at or cfg.steps)
+                while self.step < end and not self._stop_agreed(stop):
+                    log.write(self.train_step(data))
+                    self.step += 1
+                    if self.step % cfg.checkpoint_every == 0 or self.step == end:
+                        self.save()
+                        saved_at = self.step
+                if stop.signum is not None or self.step < end:
+                    if saved_at != self.step:
+                        self.save()
+                    logger.warning("stopped on %s after step %d; the state is saved in %s: run the same command "
+                                   "again to resume", stop.name, self.step, self.run_dir / "checkpoints")
         finally:
             log.close()
             if self.info.is_main:
                 unlock_run_dir(self.run_dir)
         (self.run_dir / f"weights_rank{self.info.rank}.sha256").write_text(state_hash(self.model) + "\n")
         return self.run_dir
+
+    def _stop_agreed(self, stop: GracefulStop) -> bool:
+        """Whether a stop signal reached any rank (all ranks stop at the same step)."""
+        flag = float(stop.signum is not None)
+        if self.info.enabled:
+            flag = all_reduce_(torch.tensor([flag], device=self.info.device), self.info, "max").item()
+        return flag > 0
 
     def _micro(self, batch, micro: int):
         cfg, info = self.cfg, self.info

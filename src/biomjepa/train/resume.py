@@ -1,0 +1,123 @@
+"""Resuming a run: what a resumed run may change, what it may not, and the record of what it did.
+
+A run resumes from its directory's latest state. :func:`check_resume` refuses (unless
+``allow_resume_mismatch``) a new config that trains another model, on another corpus
+(:func:`~biomjepa.train.checkpoint.resume_mismatch`), on corpus files that changed since the state
+was saved (their size and mtime, recorded in the state's ``corpus.inputs``), or with another data
+order (:data:`~biomjepa.train.checkpoint.DATA_ORDER_KEYS`). Every other training setting may change
+(lr, schedules, loss weights, ...); each change is a ``{step, key, old, new}`` entry of the state's
+``config_changes`` and a line of ``run_dir/changes.log``: the run goes on from the step where the
+change happened, with the schedules evaluated at that step. States saved before these records
+existed (no ``config_changes``, no ``corpus.inputs``) resume as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from .checkpoint import DATA_ORDER_KEYS, config_changes, describe_change, mismatches
+
+logger = logging.getLogger(__name__)
+CHANGES_LOG = "changes.log"
+
+
+def check_resume(saved: dict, cfg, run_dir: Path) -> list[dict]:
+    """Checks before the corpus cache is opened; returns the config changes to record.
+
+    Raises
+    ------
+    ValueError
+        The model, the :data:`~biomjepa.train.checkpoint.RESUME_KEYS`, the data order or the corpus
+        files differ and ``cfg.allow_resume_mismatch`` is false.
+    """
+    step = int(saved.get("step", 0))
+    diff = mismatches(saved, config=cfg.to_dict(), model_config=cfg.model_config().to_dict())
+    _refuse_or_warn(diff, saved, cfg, run_dir)
+    changes = config_changes(saved, cfg.to_dict(), step=step)
+    order = [c for c in changes if c["key"] in DATA_ORDER_KEYS]
+    if order and not cfg.allow_resume_mismatch:
+        listed = "; ".join(f"{c['key']}: {c['old']!r} → {c['new']!r}" for c in order)
+        raise ValueError(
+            f"{run_dir} holds a training state (step {step}) saved with another data order ({listed}): the cells "
+            f"each step sees are a function of {', '.join(DATA_ORDER_KEYS)} and the step, so the resumed run would "
+            "not continue the saved one. Restore the saved values, give this run a new `run_name`/`out_dir`, or set "
+            f"`allow_resume_mismatch=true` to continue with the new order (recorded in {CHANGES_LOG})."
+        )
+    recorded = saved.get("corpus", {}).get("inputs") is not None  # states saved before they were: trusted
+    if recorded and cfg.corpus is not None and not _is_prepared_cache(cfg.corpus):
+        from ..data.shards import corpus_inputs
+
+        _check_inputs(saved, corpus_inputs(cfg.corpus), cfg, run_dir)  # before a changed file re-prepares the cache
+    return changes + [_as_change(m, step) for m in diff]
+
+
+def check_resume_corpus(saved: dict, corpus_meta: dict, cfg, run_dir: Path) -> list[dict]:
+    """Checks once the corpus cache is open: its key and input files. Returns mismatches allowed, as changes."""
+    diff = mismatches(saved, corpus_key=corpus_meta["key"])
+    _refuse_or_warn(diff, saved, cfg, run_dir)
+    if corpus_meta.get("inputs") is not None:
+        _check_inputs(saved, corpus_meta["inputs"], cfg, run_dir)
+    return [_as_change(m, int(saved.get("step", 0))) for m in diff]
+
+
+def record_changes(run_dir: Path, changes: list[dict]) -> None:
+    """Log each change and append it to ``run_dir/changes.log`` (one line each, with the time)."""
+    if not changes:
+        return
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    lines = [f"{stamp} resumed with changed settings from {describe_change(c)}" for c in changes]
+    for line in lines:
+        logger.warning(line)
+    with open(Path(run_dir) / CHANGES_LOG, "a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def inputs_record(corpus_meta: dict) -> list[dict] | None:
+    """The corpus' input identities to save in a state (``None``: the cache did not record them)."""
+    inputs = corpus_meta.get("inputs")
+    return None if inputs is None else [dict(i) for i in inputs]
+
+
+def _check_inputs(saved: dict, now: list[dict], cfg, run_dir: Path) -> None:
+    from ..data.shards import changed_inputs
+
+    old = saved.get("corpus", {}).get("inputs")
+    if old is None:  # saved before the inputs were recorded: trusted
+        return
+    changed = changed_inputs(old, now)
+    if not changed:
+        return
+    listed = ", ".join(changed[:5]) + (f" (+{len(changed) - 5} more)" if len(changed) > 5 else "")
+    if cfg.allow_resume_mismatch:
+        logger.warning("allow_resume_mismatch: resuming step %s although corpus files changed: %s",
+                       saved.get("step"), listed)
+        return
+    raise ValueError(
+        f"{run_dir} holds a training state (step {saved.get('step')}) of a run on corpus files that have changed "
+        f"since (size or modification time): {listed}. Resuming would continue it on other cells. Restore the "
+        "files, give this run a new `run_name`/`out_dir`, or set `allow_resume_mismatch=true` to resume anyway "
+        "(e.g. the same files copied to another machine)."
+    )
+
+
+def _refuse_or_warn(diff: list[dict], saved: dict, cfg, run_dir: Path) -> None:
+    if not diff:
+        return
+    listed = "; ".join(m["text"] for m in diff)
+    if not cfg.allow_resume_mismatch:
+        raise ValueError(
+            f"{run_dir} holds a training state (step {saved.get('step')}) saved with another corpus or "
+            f"model config; resuming would continue it on different settings: {listed}. Give this run a new "
+            "`run_name`/`out_dir`, restore the saved settings, or set `allow_resume_mismatch=true` to resume anyway."
+        )
+    logger.warning("allow_resume_mismatch: resuming step %s with changed settings: %s", saved.get("step"), listed)
+
+
+def _as_change(m: dict, step: int) -> dict:
+    return {"step": step, "key": m["key"], "old": m["old"], "new": m["new"]}
+
+
+def _is_prepared_cache(corpus) -> bool:
+    return isinstance(corpus, str) and (Path(corpus) / "manifest.json").is_file()

@@ -1,0 +1,53 @@
+"""SIGTERM and SIGINT end a training run at a step boundary, with its state saved.
+
+A batch system (or Ctrl-C) stopping a run mid-step, or mid-save, would lose the steps since the last
+checkpoint. Inside :class:`GracefulStop` the first SIGTERM/SIGINT only records the signal; the
+loop finishes its step, saves the state and returns. A second signal restores the previous
+handlers and re-raises itself, i.e. stops at once (the state files are written atomically, so this
+leaves the previous state intact). Handlers can only be installed in the main thread; elsewhere
+the block runs with the process' handlers unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+logger = logging.getLogger(__name__)
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class GracefulStop:
+    """Context manager: ``signum`` is set when SIGTERM/SIGINT arrived; the previous handlers come back on exit."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> GracefulStop:
+        if threading.current_thread() is threading.main_thread():
+            for sig in SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else "a stop signal on another rank"
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum is not None:  # the second one: stop now, as the previous handler would
+            self._restore()
+            signal.raise_signal(signum)
+            return
+        self.signum = signum
+        logger.warning("received %s: finishing the current step, then saving the state and stopping "
+                       "(send it again to stop at once, without saving)", signal.Signals(signum).name)
+
+    def _restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
