@@ -294,7 +294,7 @@ def _view(model):
     import torch
 
     with torch.device("meta"):  # structure only; the weights come from the cached model
-        view = type(model)(model.config, copy.deepcopy(model.info))
+        view = type(model)(model.config, copy.deepcopy(model.info), readout=copy.deepcopy(model.readout))
     view.load_state_dict(model.state_dict(), strict=True, assign=True)
     if any(t.is_meta for t in chain(view.parameters(), view.buffers())):  # state kept outside state_dict
         view = copy.deepcopy(model)

@@ -218,6 +218,8 @@ def test_fixed_feature_statistics_round_trip_and_standardize_every_cell_alike(tm
         raw, std = m(batch), loaded(batch)
     expect = (raw.double() - torch.tensor(mean)) / torch.tensor(scale)
     assert torch.allclose(std.double(), expect, atol=1e-5)
+    with torch.no_grad():  # the cached-model view that every tool uses keeps the statistics
+        assert torch.allclose(load_model(str(tmp_path / "c"))(batch), std)
     meta = json.loads((tmp_path / "c" / CONFIG).read_text())
     assert meta["readout"]["standardize"] and meta["readout"]["n_cells"] == 10
     # edited statistics are refused on load (the manifest is rewritten so only the check below can fail)
