@@ -148,3 +148,113 @@ def test_glob_and_duplicate_stems(tmp_path, tiny_checkpoint, make_input):
     res = read_atlas(tmp_path / "s.zarr")
     assert {k: v.n_obs for k, v in res.items()} == {"x": 20, "x_2": 30}
     assert res["x"].obs_names[0].startswith("x_cell") and a.exists()
+
+
+# -- issue 24: verify, then trust -------------------------------------------------------------------------
+def _damage(store, how: str) -> None:
+    """Damage block 1 of donor_a: a flipped byte in its rows' chunk, the chunk deleted, its done record garbled/deleted."""
+    g = store / "donor_a"
+    if how == "flip_chunk":
+        p = g / "X_biomjepa" / "c" / "1" / "0"
+        data = bytearray(p.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        p.write_bytes(bytes(data))
+    elif how == "delete_chunk":
+        (g / "X_biomjepa" / "c" / "1" / "0").unlink()
+    elif how == "garble_done":
+        (g / "done" / "c" / "1").write_bytes(b"\x00garbage\xff")
+    elif how == "delete_done":
+        (g / "done" / "c" / "1").unlink()
+    elif how == "flip_names":
+        p = g / "obs_names" / "c" / "1"
+        data = bytearray(p.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        p.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["flip_chunk", "delete_chunk", "garble_done", "delete_done", "flip_names"])
+def test_damaged_block_is_refused_on_read_and_repaired_by_a_rerun(reference, atlas_inputs, tiny_checkpoint, tmp_path,
+                                                                  how):
+    import shutil
+
+    from biomjepa.embed.store import DamagedStore
+
+    store = tmp_path / "s.zarr"
+    shutil.copytree(reference[0], store)
+    _damage(store, how)
+    with pytest.raises(DamagedStore, match=rf"{store} is damaged.*donor_a block 1 \(rows 64..128\).*command again"):
+        read_atlas(store)
+    assert read_atlas(store, "donor_b").n_obs == 170  # an intact input still reads
+    out = _run(atlas_inputs, store, tiny_checkpoint)
+    assert out["repaired"] == ["donor_a block 1"] and out["blocks"] == 1 and out["complete"]
+    ref = _arrays(reference[0])
+    res = read_atlas(store)
+    for k in ref:
+        assert np.array_equal(res[k].obsm["X_biomjepa"], ref[k])
+    assert list(res["donor_a"].obs_names) == list(read_atlas(reference[0], "donor_a").obs_names)
+    assert _run(atlas_inputs, store, tiny_checkpoint)["repaired"] == []
+
+
+def test_the_command_says_it_repaired(reference, atlas_inputs, tiny_checkpoint, tmp_path, atlas_cli):
+    import shutil
+
+    store = tmp_path / "s.zarr"
+    shutil.copytree(reference[0], store)
+    _damage(store, "delete_chunk")
+    r = atlas_cli([*atlas_inputs, "--store", str(store), "--checkpoint", tiny_checkpoint, "--block-rows", "64",
+                   "--device", "cpu"])
+    assert r.returncode == 0, r.stderr
+    assert f"{store}: repaired 1 damaged block(s), embedded again: donor_a block 1" in r.stdout
+    assert "complete, 470 cells" in r.stdout
+
+
+def test_a_store_without_checksums_is_still_verified(reference, tmp_path):
+    """Stores written before checksums: readable, every row written."""
+    import shutil
+
+    from biomjepa.embed.store import DamagedStore
+
+    store = tmp_path / "old.zarr"
+    shutil.copytree(reference[0], store)
+    for name in ("donor_a", "donor_b"):
+        shutil.rmtree(store / name / "checksum")
+    assert np.array_equal(read_atlas(store, "donor_a").obsm["X_biomjepa"], _arrays(reference[0])["donor_a"])
+    _damage(store, "delete_chunk")
+    with pytest.raises(DamagedStore, match=r"donor_a block 1 .*rows missing"):
+        read_atlas(store)
+
+
+def test_read_atlas_names_a_missing_or_foreign_store(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no atlas store at .*nothing\.zarr.*biomjepa embed"):
+        read_atlas(tmp_path / "nothing.zarr")
+    (tmp_path / "damaged.zarr").mkdir()
+    (tmp_path / "damaged.zarr" / "zarr.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"damaged.zarr cannot be opened.*--overwrite"):
+        read_atlas(tmp_path / "damaged.zarr")
+
+
+def test_an_input_changed_during_the_run_leaves_the_store_incomplete(atlas_inputs, tiny_checkpoint, tmp_path,
+                                                                     monkeypatch):
+    import os
+    import shutil
+
+    import biomjepa.embed.run as run
+
+    inputs = [shutil.copy(p, tmp_path) for p in atlas_inputs]
+    real = run._embed_blocks
+
+    def edited_meanwhile(*args, **kw):
+        cells = real(*args, **kw)
+        st = os.stat(inputs[1])
+        os.utime(inputs[1], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # another process rewrote it
+        return cells
+
+    monkeypatch.setattr(run, "_embed_blocks", edited_meanwhile)
+    store = tmp_path / "s.zarr"
+    with pytest.raises(ValueError, match=r"donor_b.h5ad changed while the atlas was being embedded.*--overwrite"):
+        _run(inputs, store, tiny_checkpoint)
+    assert not AtlasStore(store).root.attrs["complete"]
+    monkeypatch.setattr(run, "_embed_blocks", real)
+    with pytest.raises(ValueError, match="changed since the store was made"):
+        _run(inputs, store, tiny_checkpoint)
+    assert _run(inputs, store, tiny_checkpoint, overwrite=True)["complete"]

@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None, prog: str = "biomjepa embed") -> int:
         return 1
     print(f"rank {out['rank']}/{out['world']}: embedded {out['blocks']} blocks, {out['cells']} cells in "
           f"{out['seconds']:.1f} s ({out['cells_per_s']:.1f} cells/s), peak RSS {out['peak_rss_mib']:.0f} MiB")
+    if out.get("repaired"):
+        listed = ", ".join(out["repaired"][:5]) + (f" (+{len(out['repaired']) - 5} more)" if len(out["repaired"]) > 5 else "")
+        print(f"{args.store}: repaired {len(out['repaired'])} damaged block(s), embedded again: {listed}")
     if out["complete"]:
         print(f"{args.store}: complete, {out['n_obs']} cells" + (", obsm written into the inputs" if args.write_obsm else ""))
     return 0

@@ -58,8 +58,8 @@ def _write_one(st: AtlasStore, inp: dict, path: Path) -> None:
             rows = st.manifest["block_rows"]
             ds = obsm.create_dataset(OBSM, shape=Z.shape, dtype="float32", chunks=(min(rows, Z.shape[0]), Z.shape[1]))
             ds.attrs.update({"encoding-type": "array", "encoding-version": "0.2.0"})
-            for a in range(0, Z.shape[0], rows):
-                ds[a : a + rows] = Z[a : a + rows]
+            for block, (a, b) in enumerate(st.bounds(inp["name"])):
+                ds[a:b] = st.read_block(inp["name"], block)[0]  # verified against its checksum
             uns = f.require_group("uns")
             prev = read_elem(uns["biomjepa"]) if "biomjepa" in uns else {}
             if "biomjepa" in uns:

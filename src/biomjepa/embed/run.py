@@ -12,6 +12,12 @@ store complete and, with ``write_obsm``, copies the result into each input's ``o
 holds the store's lock (:func:`biomjepa.embed.store.lock_store`) from before it looks at the store
 to the end, so a second command on the same store (``--overwrite`` included) stops with an error
 naming the first instead of writing or deleting under it.
+
+Verify, then trust: a rank skips a block only when it reads back intact (its done record and its
+checksum, :meth:`~biomjepa.embed.store.AtlasStore.read_block`); a damaged one is embedded again and
+reported (``repaired``). Before the store is marked complete, rank 0 checks that no input changed
+(size and mtime) since the run started, so a file edited during the run never leaves a complete
+store mixing rows of its two versions.
 """
 
 from __future__ import annotations
@@ -100,7 +106,8 @@ def embed_atlas(
     Returns
     -------
     dict: this rank's ``rank``, ``world``, ``blocks``, ``cells``, ``seconds``, ``cells_per_s``,
-    ``peak_rss_mib``, the store's ``complete`` flag and (rank 0) ``n_obs`` over all inputs.
+    ``peak_rss_mib``, ``repaired`` (the damaged blocks it embedded again, ``"name block k"``), the
+    store's ``complete`` flag and (rank 0) ``n_obs`` over all inputs.
 
     Raises
     ------
@@ -131,14 +138,15 @@ def embed_atlas(
         st = _open_store(store, wanted, inps, rank=rank, overwrite=overwrite, wait_timeout=wait_timeout, map_kw=map_kw)
 
         t0 = time.perf_counter()
-        cells, blocks = _embed_my_blocks(st, model, inps, rank=rank, world=world, map_kw=map_kw,
-                                         batch_size=bs, device=dev, layer=layer)
+        todo, repaired = _my_blocks(st, rank, world)
+        cells = _embed_blocks(st, todo, model, inps, rank=rank, map_kw=map_kw, batch_size=bs, device=dev,
+                              layer=layer)
         seconds = time.perf_counter() - t0
-        out = {"rank": rank, "world": world, "blocks": blocks, "cells": cells, "seconds": seconds,
-               "cells_per_s": cells / seconds if seconds > 0 else 0.0,
+        out = {"rank": rank, "world": world, "blocks": len(todo), "cells": cells, "seconds": seconds,
+               "cells_per_s": cells / seconds if seconds > 0 else 0.0, "repaired": repaired,
                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "complete": False}
         if rank == 0:
-            _finish(st, wait_timeout=None)
+            _finish(st, inps, wait_timeout=None)
             if write_obsm and not st.root.attrs.get("obsm_written", False):
                 from .obsm import write_obsm_all
 
@@ -212,27 +220,40 @@ def _create_store(store: Path, wanted: dict, inps: list[AtlasInput], map_kw: dic
     return AtlasStore.create(store, wanted, obs_names)
 
 
-def _my_blocks(st: AtlasStore, rank: int, world: int) -> list[tuple[str, int]]:
-    """This rank's blocks not yet done: global block ``g`` (inputs in order) belongs to rank ``g % world``."""
-    mine, g = [], 0
+def _my_blocks(st: AtlasStore, rank: int, world: int) -> tuple[list[tuple[str, int]], list[str]]:
+    """This rank's blocks to embed (global block ``g``, inputs in order, belongs to rank ``g % world``), and
+    which of them were recorded as written but are damaged (recorded as not written now, then repaired)."""
+    mine, damaged, g = [], [], 0
+    complete = st.root.attrs.get("complete", False)  # then every block was written: a missing record is damage
     for inp in st.manifest["inputs"]:
-        done = st.done(inp["name"])
-        for b in range(len(done)):
-            if g % world == rank and not done[b]:
-                mine.append((inp["name"], b))
-            g += 1
-    return mine
+        name, records = inp["name"], st.records(inp["name"])
+        done = records == 1
+        own = [b for b in range(len(done)) if (g + b) % world == rank]
+        g += len(done)
+        bad = st.verify(name, [b for b in own if done[b]])
+        for b in own:
+            if records[b] not in (0, 1) or (complete and records[b] == 0):
+                bad[b] = "its done record is damaged or missing"
+        for b, why in bad.items():
+            a, z = st.bounds(name)[b]
+            logger.warning("%s: block %d of %s (rows %d..%d) is damaged (%s); embedding it again",
+                           st.path, b, name, a, z, why)
+            st.reset(name, b)
+            damaged.append(f"{name} block {b}")
+        mine += [(name, b) for b in own if not done[b] or b in bad]
+    if damaged and rank == 0:
+        st.root.attrs["complete"] = False
+    return mine, damaged
 
 
-def _embed_my_blocks(st, model, inps, *, rank, world, map_kw, batch_size, device, layer) -> tuple[int, int]:
-    """Embed and write this rank's pending blocks; returns (cells, blocks) embedded."""
+def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, layer) -> int:
+    """Embed and write the blocks ``todo``; returns the number of cells embedded."""
     from tqdm.auto import tqdm
 
     from .._settings import settings
     from ..data.stream import iter_tokenized
     from ..tl._embed import embed_cells
 
-    todo = _my_blocks(st, rank, world)
     by_name = {i.name: i for i in inps}
     fail_after = _fail_after(rank)
     opened: dict[str, object] = {}
@@ -250,7 +271,7 @@ def _embed_my_blocks(st, model, inps, *, rank, world, map_kw, batch_size, device
             sl = slice(rows.start - a, rows.stop - a)
             Z[sl] = embed_cells(model, tok, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens)
             n_genes[sl] = tok.lengths
-        st.write_block(name, block, Z, n_genes)
+        st.write_block(name, block, Z, n_genes, opened[name].obs_names[a:b].to_numpy())
         cells += b - a
         bar.update(b - a)
         logger.info("rank %d: %s block %d (rows %d..%d) written", rank, name, block, a, b)
@@ -258,7 +279,7 @@ def _embed_my_blocks(st, model, inps, *, rank, world, map_kw, batch_size, device
             raise RuntimeError(f"rank {rank}: stopping after {k + 1} blocks ({FAIL_ENV} testing hook)")
     bar.close()
     _close(opened)
-    return cells, len(todo)
+    return cells
 
 
 def _close(opened: dict) -> None:
@@ -274,8 +295,8 @@ def _fail_after(rank: int) -> int | None:
     return int(k) if who in ("", str(rank)) else None
 
 
-def _finish(st: AtlasStore, *, wait_timeout: float | None) -> None:
-    """Rank 0: wait until every block of every input is done, then mark the store complete."""
+def _finish(st: AtlasStore, inps: list[AtlasInput], *, wait_timeout: float | None) -> None:
+    """Rank 0: wait until every block of every input is done, check the inputs, then mark the store complete."""
     t0, last_log = time.monotonic(), 0.0
     while missing := st.missing():
         waited = time.monotonic() - t0
@@ -285,5 +306,25 @@ def _finish(st: AtlasStore, *, wait_timeout: float | None) -> None:
             logger.info("waiting for other ranks: blocks missing %s", missing)
             last_log = waited
         time.sleep(1.0)
+    _check_unchanged(inps)
     if not st.root.attrs.get("complete", False):
         st.mark_complete(completed=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+def _check_unchanged(inps: list[AtlasInput]) -> None:
+    """Refuse to complete a store when an input's size or mtime changed since this run started."""
+    changed = []
+    for inp in inps:
+        try:
+            st = os.stat(inp.path)
+            now = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            now = None
+        if now != (inp.size, inp.mtime_ns):
+            changed.append(inp.path)
+    if changed:
+        raise ValueError(
+            f"{', '.join(changed)} changed while the atlas was being embedded (size or modification time differ from "
+            "the start of this run), so the store may mix rows of two versions and is left incomplete. Once the "
+            "file is final, run the command again with --overwrite."
+        )
