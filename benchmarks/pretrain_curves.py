@@ -12,7 +12,7 @@ Rows are appended to ``results/<--csv>`` (steps already there are skipped, so it
 run); PCA-50 rows have ``step = -1``. Test cells are never touched here.
 
     python benchmarks/pretrain_curves.py /tmp/bj_v03/runs/biomjepa-mini-v0.3 --every 500 \\
-        --pooling centred_wmean_q90 --csv pretrain_curves_v0.3.csv
+        --pooling centred_wmean_max --csv pretrain_curves_v0.3.csv
 """
 
 from __future__ import annotations
@@ -62,18 +62,22 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir")
     p.add_argument("--every", type=int, default=500, help="score states whose step is a multiple of this")
-    p.add_argument("--pooling", default="centred_wmean_q90")
+    p.add_argument("--pooling", default="centred_wmean_max")
     p.add_argument("--feature-cells", type=int, default=1024)
     p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44, 45, 46])
     p.add_argument("--csv", default="pretrain_curves.csv")
     p.add_argument("--max-states", type=int, default=0, help="score at most this many new states (0: all)")
+    p.add_argument("--steps", type=int, nargs="*", default=None, help="score only these steps")
     args = p.parse_args()
     run = Path(args.run_dir)
     out = RESULTS / args.csv
     done = pd.read_csv(out) if out.exists() else pd.DataFrame(columns=["step", "rep"])
-    have = set(done.loc[done["rep"] == "model", "step"].astype(int))
+    mine = (done["rep"] == "model") & (done.get("pooling", pd.Series(index=done.index, dtype=object)) == args.pooling)
+    have = set(done.loc[mine, "step"].astype(int))
     states = sorted((run / "checkpoints").glob("step_*.pt"))
     todo = [s for s in states if int(s.stem.split("_")[1]) % args.every == 0 and int(s.stem.split("_")[1]) not in have]
+    if args.steps:
+        todo = [s for s in todo if int(s.stem.split("_")[1]) in set(args.steps)]
     if args.max_states:
         todo = todo[: args.max_states]
     for path in todo:
