@@ -39,6 +39,9 @@ def get_rep(adata: AnnData, key: str) -> np.ndarray:
 
 def get_labels(adata: AnnData, label_key: str) -> tuple[np.ndarray, np.ndarray]:
     """Labels as strings and the mask of cells that have one (NaN / empty labels are dropped)."""
+    from .._checks import check_adata
+
+    check_adata(adata)
     if label_key not in adata.obs:
         have = ", ".join(map(repr, adata.obs.columns[:20]))
         raise KeyError(f"obs[{label_key!r}] not found; pass `label_key=` one of the obs columns ({have}).")
@@ -52,6 +55,9 @@ def get_labels(adata: AnnData, label_key: str) -> tuple[np.ndarray, np.ndarray]:
 
 def resolve_reps(adata: AnnData, use_reps: Sequence[str] | str, baselines: Sequence[str] | None, layer: str | None) -> list[str]:
     """Compute the requested baselines (see :func:`biomjepa.bench.add_baselines`) and return the reps to score."""
+    from .._checks import check_adata
+
+    check_adata(adata)
     reps = [use_reps] if isinstance(use_reps, str) else list(use_reps)
     if baselines:
         from .baselines import add_baselines

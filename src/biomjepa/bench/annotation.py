@@ -131,6 +131,10 @@ def annotation(
     Tidy table ``task, rep, setting, seed, metric, value`` with ``task="annotation"``,
     ``setting="top{k}"`` and metrics ``accuracy``, ``macro_f1``, ``macro_recall``.
     """
+    from .._checks import check_ints, check_number
+
+    shots, seeds = check_ints("shots", shots), check_ints("seeds", seeds, low=0)
+    C = check_number("C", C, low=0, low_open=True)
     reps = resolve_reps(adata, use_reps, baselines, layer)
     labels, valid = get_labels(adata, label_key)
     idx = np.flatnonzero(valid)

@@ -58,6 +58,10 @@ def add_baselines(
     The obsm keys written or reused, in order. Writes ``adata.obsm["X_pca50"]`` and, for ``"umap"``,
     ``adata.obsm["X_umap_pca50"]``.
     """
+    from .._checks import check_adata, check_int
+
+    check_adata(adata)
+    n_comps, n_top_genes = check_int("n_comps", n_comps), check_int("n_top_genes", n_top_genes)
     unknown = set(baselines) - set(BASELINE_KEYS)
     if unknown:
         raise ValueError(f"unknown baselines {sorted(unknown)}; choose from {sorted(BASELINE_KEYS)}.")

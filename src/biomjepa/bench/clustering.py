@@ -156,6 +156,9 @@ def clustering(
     Tidy table ``task, rep, setting, seed, metric, value`` with ``task="clustering"``,
     ``setting="kmeans"`` and metrics ``nmi, ari, asw, avgbio, accuracy``.
     """
+    from .._checks import check_int, check_ints
+
+    seeds, asw_max_cells = check_ints("seeds", seeds, low=0), check_int("asw_max_cells", asw_max_cells, low=2)
     reps = resolve_reps(adata, use_reps, baselines, layer)
     labels, valid = get_labels(adata, label_key)
     idx = np.flatnonzero(valid)

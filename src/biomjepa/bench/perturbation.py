@@ -218,6 +218,12 @@ def perturbation(
     """
     from scipy import sparse
 
+    from .._checks import check_int, check_ints, check_number
+
+    shots, seeds, hidden = check_ints("shots", shots), check_ints("seeds", seeds, low=0), check_ints("hidden", hidden)
+    max_epochs, patience = check_int("max_epochs", max_epochs), check_int("patience", patience)
+    unseen_frac = check_number("unseen_frac", unseen_frac, low=0, high=1)
+    combo_frac = check_number("combo_frac", combo_frac, low=0, high=1)
     reps = resolve_reps(adata, use_reps, baselines, layer)
     if perturbation_key not in adata.obs:
         raise KeyError(f"obs[{perturbation_key!r}] not found; pass `perturbation_key=` the column with perturbation labels.")

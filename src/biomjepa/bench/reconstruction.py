@@ -263,6 +263,12 @@ def reconstruction(
     """
     from sklearn.preprocessing import StandardScaler
 
+    from .._checks import check_int, check_ints, check_number
+
+    budgets, seeds = check_ints("budgets", budgets), check_ints("seeds", seeds, low=0)
+    n_genes, max_epochs = check_int("n_genes", n_genes), check_int("max_epochs", max_epochs)
+    patience, test_frac = check_int("patience", patience), check_number("test_frac", test_frac, low=0, high=1,
+                                                                        low_open=True, high_open=True)
     reps = resolve_reps(adata, use_reps, baselines, layer)
     labels, valid = get_labels(adata, label_key)
     idx = np.flatnonzero(valid)

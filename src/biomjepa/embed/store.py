@@ -318,6 +318,8 @@ def _open_for_reading(store):
 
     if not Path(store).is_dir():
         raise FileNotFoundError(f"no atlas store at {store}; write one with `biomjepa embed INPUT... --store {store}`")
+    if not (Path(store) / "zarr.json").is_file():
+        raise ValueError(f"{store} is not a biomjepa atlas store (no zarr.json); give the --store of `biomjepa embed`")
     try:
         root = zarr.open_group(str(store), mode="r")
         meta = root.attrs.get(KEY)

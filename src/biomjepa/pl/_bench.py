@@ -51,9 +51,13 @@ def bench(
     The matplotlib Axes.
     """
     import matplotlib.pyplot as plt
+    import pandas as pd
 
     from ..bench import summarize
 
+    if not isinstance(data, pd.DataFrame):
+        raise TypeError(f"`data` must be the DataFrame a bj.bench task returns (e.g. `bj.bench.run(adata, ...)`, or "
+                        f"`pd.read_csv` of a saved one), got {type(data).__name__}.")
     if len(data) == 0:
         raise ValueError("empty bj.bench table; nothing to plot.")
     tasks = list(dict.fromkeys(data["task"]))

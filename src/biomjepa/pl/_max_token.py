@@ -56,6 +56,9 @@ def max_token(
     """
     import matplotlib.pyplot as plt
 
+    from .._checks import check_int
+
+    n_genes = check_int("n_genes", n_genes)
     res = stored_result(adata, key, "winner_fraction", "bj.tl.max_token(adata, groupby=...)")
     stored = res.get("params", {}).get("groupby")
     if groupby is not None and stored is not None and groupby != stored:

@@ -109,6 +109,9 @@ def map_vocab(
         Empty data, integer positions as identifiers, no gene mapped (the message names the likely
         fix), or mouse-like symbols mapped as human. ``adata`` is left unchanged on any error.
     """
+    from .._checks import check_adata
+
+    check_adata(adata)
     if copy and getattr(adata, "isbacked", False):
         raise ValueError(
             "copy=True is not supported for backed AnnData; use copy=False (only .var/.uns change)."

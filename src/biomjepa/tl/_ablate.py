@@ -198,6 +198,8 @@ def _resolve_programmes(programme: ProgrammeSpec, graph=None) -> dict[str, list[
         return graph_programme(*programme[1:], graph=graph)
     if isinstance(programme, str):
         raise TypeError("`programme` must be a list of genes, a dict name → genes or ('bfs', seed, size), not a string.")
+    if not isinstance(programme, Mapping) and not hasattr(programme, "__iter__"):
+        raise TypeError(f"`programme` must be a list of genes, a dict name → genes or ('bfs', seed, size), got {programme!r}.")
     if isinstance(programme, Mapping):
         out = {str(k): [str(g) for g in v] for k, v in programme.items()}
     else:

@@ -123,12 +123,15 @@ def finetune(
         (``encoder``, ``head``, ``total``) and ``throughput`` (``train_cells_per_s``: forward +
         backward + optimizer step; ``heldout_cells_per_s``: no-grad encoding + head).
     """
+    from .._checks import check_number
     from .._device import resolve_device
     from .._pretrained import load_model
     from ..data.anndata_source import get_modality
     from ..data.stream import gather
 
     batch_size = _check_args(train_frac, valid_frac, epochs, batch_size)
+    lr_head, lr_encoder = check_number("lr_head", lr_head, low=0, low_open=True), check_number("lr_encoder", lr_encoder, low=0)
+    weight_decay = check_number("weight_decay", weight_decay, low=0)
     check_copy(adata, copy)
     adata = adata.copy() if copy else adata
     codes, classes = _labels(get_modality(adata, mod), label_key)

@@ -172,9 +172,13 @@ def perturbation_arithmetic(
     ``.uns[key_added]["params"]``
         all parameters, the separator used and the matching covariate per single.
     """
+    from .._checks import check_adata, check_int
     from ..data.anndata_source import get_modality
     from ._utils import labels_or_drop
 
+    check_adata(adata)
+    n_random, min_cells, n_bins = check_int("n_random", n_random), check_int("min_cells", min_cells), check_int("n_bins", n_bins)
+    n_cells, n_controls = check_int("n_cells", n_cells, none_ok=True), check_int("n_controls", n_controls, none_ok=True)
     adata = adata.copy() if copy else adata
     target = get_modality(adata, mod)
     if use_rep not in target.obsm:

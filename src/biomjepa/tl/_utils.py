@@ -27,7 +27,10 @@ def check_batch_size(batch_size, *, default: int | None = None) -> int:
 
 
 def check_copy(adata, copy: bool) -> None:
-    """``copy=True`` on a backed AnnData would load it whole through anndata: say so instead."""
+    """``adata`` is an AnnData; ``copy=True`` on a backed one would load it whole through anndata: say so instead."""
+    from .._checks import check_adata
+
+    check_adata(adata)
     if copy and getattr(adata, "isbacked", False):
         raise ValueError(
             "copy=True is not supported for a backed AnnData (it would copy the whole file into memory). "

@@ -1,0 +1,62 @@
+"""Checks of the arguments a user gives a public function, made where they enter.
+
+Each raises one clear exception (``TypeError`` for a wrong type, ``ValueError`` for a value out of
+range) whose message names the argument, what was given and what is allowed, before any data are
+read or written, so a bad argument never surfaces as a library's traceback nor leaves half a result.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def check_adata(adata, name: str = "adata") -> None:
+    """``adata`` is an AnnData (or a MuData); a ``TypeError`` naming ``name`` otherwise."""
+    from anndata import AnnData
+
+    if isinstance(adata, AnnData) or type(adata).__name__ == "MuData":
+        return
+    raise TypeError(
+        f"`{name}` must be an AnnData (cells × genes), got {type(adata).__name__}. Wrap a matrix with "
+        "`anndata.AnnData(X, obs=..., var=...)` or read a file with `anndata.read_h5ad(path)`."
+    )
+
+
+def check_int(name: str, value, *, low: int = 1, none_ok: bool = False) -> int | None:
+    """An integer ``>= low`` (a bool or a float is refused); ``None`` passes when ``none_ok``."""
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be an integer >= {low}, got {value!r}.")
+    if value < low:
+        raise ValueError(f"`{name}` must be an integer >= {low}, got {value}.")
+    return int(value)
+
+
+def check_ints(name: str, values, *, low: int = 1) -> list[int]:
+    """A non-empty sequence of integers ``>= low``."""
+    seq = [values] if isinstance(values, numbers.Integral) and not isinstance(values, bool) else values
+    try:
+        seq = list(seq)
+    except TypeError:
+        raise TypeError(f"`{name}` must be a sequence of integers >= {low}, got {values!r}.") from None
+    if not seq:
+        raise ValueError(f"`{name}` is empty; give at least one integer >= {low}.")
+    return [check_int(f"{name}[{i}]", v, low=low) for i, v in enumerate(seq)]
+
+
+def check_number(name: str, value, *, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False) -> float:
+    """A finite real number in the range ``low``..``high`` (each end open or closed)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be a number, got {value!r}.")
+    value = float(value)
+    bad = not math.isfinite(value)
+    bad |= low is not None and (value < low or (low_open and value == low))
+    bad |= high is not None and (value > high or (high_open and value == high))
+    if bad:
+        left = "(-inf" if low is None else ("(" if low_open else "[") + f"{low:g}"
+        right = "inf)" if high is None else f"{high:g}" + (")" if high_open else "]")
+        raise ValueError(f"`{name}` must be a finite number in {left}, {right}, got {value!r}.")
+    return value
