@@ -42,6 +42,8 @@ def step_h(s) -> None:
     else:
         total = max(first + 1, int(60 * s.args.minutes / step_s)) if step_s else int(recipe.get("steps", 1000))
     common = _overrides(s, recipe, runs, name, batch)
+    if start:  # a run continued at this machine's batch size: a change of data order, recorded in changes.log
+        common.append("allow_resume_mismatch=true")
     s.log.info("step h: %s run %s from step %d, batch %d, box %.1f min", "resumed" if start else "new", name, start,
                batch, s.args.minutes)
     t0 = time.monotonic()
