@@ -129,6 +129,21 @@ def test_runtime_error_exits_1_with_message(tmp_path, capsys):
     assert not (tmp_path / "out.h5ad").exists()
 
 
+def test_no_progress_turns_the_bars_off(tmp_path, monkeypatch):
+    import anndata as ad
+
+    import biomjepa as bj
+
+    monkeypatch.setattr(bj.settings, "_progress", True)  # put back after the test
+    a = ad.AnnData(np.ones((3, 2), dtype=np.float32))
+    a.var_names = ["NOTAGENE1", "NOTAGENE2"]
+    a.write_h5ad(tmp_path / "in.h5ad")
+    main(["embed", str(tmp_path / "in.h5ad"), str(tmp_path / "out.h5ad")])
+    assert bj.settings.progress is True  # on by default
+    main(["--no-progress", "embed", str(tmp_path / "in.h5ad"), str(tmp_path / "out.h5ad")])
+    assert bj.settings.progress is False
+
+
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return dict(action.choices)

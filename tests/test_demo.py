@@ -9,13 +9,14 @@ import pytest
 
 
 @pytest.mark.slow
-def test_run_demo_clusters_with_leiden(tmp_path, tiny_checkpoint):
+def test_run_demo_clusters_with_leiden(tmp_path, tiny_checkpoint, capsys):
     from matplotlib.image import imread
 
     from biomjepa._demo import run_demo
 
     out = run_demo(tmp_path, checkpoint=tiny_checkpoint, device="cpu")
     assert re.search(r"\d+ Leiden clusters, ARI vs cell type -?\d\.\d\d$", out["message"]), out["message"]
+    assert "demo: 100%" in capsys.readouterr().err  # progress by default (the demo runs for more than 2 s)
     adata = ad.read_h5ad(out["h5ad"])
     assert adata.obs["leiden"].nunique() > 1 and "connectivities" in adata.obsp
     assert adata.uns["leiden"]["params"]["n_iterations"] == 2

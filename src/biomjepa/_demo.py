@@ -13,29 +13,50 @@ def run_demo(out: str | Path, *, checkpoint=None, batch_size=None, device="auto"
     """Embed :func:`biomjepa.datasets.pancreas`, run scanpy neighbors/UMAP/Leiden, write .h5ad and PNG.
 
     The PNG has two panels: the UMAP coloured by cell type and by Leiden cluster; the returned
-    message gives the adjusted Rand index of the clusters against the cell types.
+    message gives the adjusted Rand index of the clusters against the cell types. A progress bar
+    names the step under way (``bj.settings.progress``), above the embedding's own bar.
     """
     import scanpy as sc
-    from matplotlib.figure import Figure  # no pyplot: the caller's matplotlib backend is left alone
 
     import biomjepa as bj
 
+    from ._progress import progress_bar
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    adata = bj.datasets.pancreas()
-    bj.pp.map_vocab(adata)
-    t0 = time.perf_counter()
-    bj.tl.embed(adata, checkpoint=checkpoint, batch_size=batch_size, device=device)
-    seconds = time.perf_counter() - t0
+    with progress_bar(total=4, desc="demo", unit="step") as steps:
+        steps.set_postfix_str("embedding")
+        adata = bj.datasets.pancreas()
+        bj.pp.map_vocab(adata)
+        t0 = time.perf_counter()
+        bj.tl.embed(adata, checkpoint=checkpoint, batch_size=batch_size, device=device)
+        seconds = time.perf_counter() - t0
+        steps.update()
+        steps.set_postfix_str("neighbours, UMAP, Leiden")
+        sc.pp.neighbors(adata, use_rep="X_biomjepa")
+        sc.tl.umap(adata, random_state=0)
+        ari = _leiden(adata)
+        steps.update()
+        steps.set_postfix_str("figure")
+        _figure(adata, ari, out / "umap_pancreas.png")
+        steps.update()
+        steps.set_postfix_str("writing .h5ad")
+        adata.write_h5ad(out / "pancreas_embedded.h5ad")
+        steps.update()
     params = adata.uns["biomjepa"]["params"]
     message = (
         f"embedded {adata.n_obs} cells with {params.get('checkpoint')} in {seconds:.1f} s "
-        f"on {params.get('device')} ({adata.obsm['X_biomjepa'].shape[1]}-d)"
+        f"on {params.get('device')} ({adata.obsm['X_biomjepa'].shape[1]}-d); "
+        f"{adata.obs['leiden'].nunique()} Leiden clusters, ARI vs cell type {ari:.2f}"
     )
-    sc.pp.neighbors(adata, use_rep="X_biomjepa")
-    sc.tl.umap(adata, random_state=0)
-    ari = _leiden(adata)
-    message += f"; {adata.obs['leiden'].nunique()} Leiden clusters, ARI vs cell type {ari:.2f}"
+    return {"message": message, "h5ad": out / "pancreas_embedded.h5ad", "png": out / "umap_pancreas.png"}
+
+
+def _figure(adata, ari: float, path: Path) -> None:
+    """UMAP coloured by cell type and by Leiden cluster, two panels, written to ``path``."""
+    import scanpy as sc
+    from matplotlib.figure import Figure  # no pyplot: the caller's matplotlib backend is left alone
+
     fig = Figure(figsize=(13, 5), layout="constrained")
     ax_type, ax_leiden = fig.subplots(1, 2)
     sc.pl.umap(adata, color="cell_type", ax=ax_type, show=False, title="BioM-JEPA embedding: cell type")
@@ -47,9 +68,7 @@ def run_demo(out: str | Path, *, checkpoint=None, batch_size=None, device="auto"
         legend_loc="on data",
         title=f"Leiden clusters (ARI vs cell type {ari:.2f})",
     )
-    fig.savefig(out / "umap_pancreas.png", dpi=120, bbox_inches="tight")
-    adata.write_h5ad(out / "pancreas_embedded.h5ad")
-    return {"message": message, "h5ad": out / "pancreas_embedded.h5ad", "png": out / "umap_pancreas.png"}
+    fig.savefig(path, dpi=120, bbox_inches="tight")
 
 
 def _leiden(adata) -> float:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 
 logger = logging.getLogger("biomjepa")
 
@@ -29,10 +31,72 @@ def resolve_device(device: str | None = "auto"):
 
 def autocast(device):
     """bf16 autocast on CUDA; a no-op context (fp32) on CPU."""
-    import contextlib
-
     import torch
 
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all CPUs from ``/proc/stat``, or ``None`` where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def auto_threads(limit: int, *, window: float = 0.1) -> int:
+    """Torch threads for ``bj.settings.num_threads = "auto"``: the cores other processes leave idle.
+
+    The busy share of all CPUs is read from ``/proc/stat`` over ``window`` seconds while this process
+    sleeps, so it counts other processes only; the result is between 1 and ``limit`` (torch's own
+    thread count). Without ``/proc/stat`` (macOS, Windows) it is ``limit``.
+    """
+    import time
+
+    before = _cpu_ticks()
+    if before is None:
+        return limit
+    time.sleep(window)
+    after = _cpu_ticks()
+    if after is None or after[1] <= before[1]:
+        return limit
+    n_cpu = os.cpu_count() or 1
+    busy_cores = n_cpu * (after[0] - before[0]) / (after[1] - before[1])
+    idle = int(min(_usable_cores(), n_cpu - busy_cores) + 0.5)  # a core at least half idle counts
+    return max(1, min(limit, idle))
+
+
+@contextlib.contextmanager
+def cpu_threads(device):
+    """Run the body with ``bj.settings.num_threads`` torch threads on the CPU; torch's count is put back.
+
+    A no-op for a GPU ``device`` and for ``num_threads=None``.
+    """
+    import torch
+
+    from ._settings import settings
+
+    wanted = settings.num_threads
+    if device.type != "cpu" or wanted is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    n = auto_threads(before) if wanted == "auto" else int(wanted)
+    logger.debug("torch threads: %d (bj.settings.num_threads=%r)", n, wanted)
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

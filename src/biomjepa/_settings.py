@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import re
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Literal
 
 _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+PROGRESS_DELAY = 2.0  # seconds a loop runs before its progress bar appears
 
 
 def check_device(value, name: str = "device") -> str:
@@ -41,7 +43,21 @@ class Settings:
     checkpoint
         Default checkpoint: a registry name, a local directory, or an ``http(s)://`` URL.
     verbosity
-        0 errors, 1 warnings (default), 2 info (+ progress bars, downloads included), 3 debug.
+        0 errors, 1 warnings (default), 2 info, 3 debug.
+    progress
+        ``True`` (default): tqdm progress bars for the loops that take more than a few seconds
+        (:func:`biomjepa.tl.embed` and the other ``tl`` tools, checkpoint downloads, ``biomjepa demo`` and
+        ``biomjepa embed``); a bar appears once its loop has run for :data:`PROGRESS_DELAY` seconds (text
+        on stderr; a widget in a notebook that has ipywidgets). ``bj.settings.progress = False`` turns
+        them all off (``--no-progress`` on the command line).
+    num_threads
+        CPU threads of torch while a ``tl`` tool runs the model on the CPU; torch's own setting is put
+        back afterwards. ``"auto"`` (default): the CPU cores that other processes leave idle, at least 1
+        and at most ``torch.get_num_threads()`` (:func:`biomjepa._device.auto_threads`); an integer fixes
+        the count; ``None`` leaves torch's setting alone. Not torch's default (one thread per core)
+        because on cores that other work keeps busy torch's threads wait for each other: ``bj.tl.embed``
+        of the 1,074 bundled pancreas cells on 2 cores kept busy by a training job took 464 s with 1
+        thread and 2,876 s with 2 (6.2× slower; ``docs/performance.md``).
     download_timeout
         Seconds a checkpoint download (all its files) may take before it stops with an error
         (default 1800); a server that stops sending is given up after at most 60 s.
@@ -55,6 +71,8 @@ class Settings:
         self.checkpoint: str = "biomjepa-mini"
         self._verbosity: int = 1
         self._download_timeout: float = 1800.0
+        self._progress: bool = True
+        self._num_threads: int | str | None = "auto"
 
     @property
     def device(self) -> str:
@@ -96,14 +114,39 @@ class Settings:
         self._download_timeout = float(value)
 
     @property
+    def progress(self) -> bool:
+        return self._progress
+
+    @progress.setter
+    def progress(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"bj.settings.progress must be True or False; got {value!r}.")
+        self._progress = value
+
+    @property
     def show_progress(self) -> bool:
-        """Whether long loops show a tqdm progress bar (verbosity >= 2)."""
-        return self._verbosity >= 2
+        """Whether long loops show a tqdm progress bar (``bj.settings.progress``)."""
+        return self._progress
+
+    @property
+    def num_threads(self) -> int | str | None:
+        return self._num_threads
+
+    @num_threads.setter
+    def num_threads(self, value: int | Literal["auto"] | None) -> None:
+        fixed = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+        if not (fixed or value is None or value == "auto"):
+            raise ValueError(
+                "bj.settings.num_threads must be 'auto', a positive integer, or None (keep torch's own "
+                f"setting); got {value!r}."
+            )
+        self._num_threads = int(value) if fixed else value
 
     def __repr__(self) -> str:
         return (
             f"biomjepa settings: device={self.device!r}, batch_size={self.batch_size}, "
-            f"max_batch_tokens={self.max_batch_tokens}, cachedir={str(self.cachedir)!r}, checkpoint={self.checkpoint!r}, verbosity={self.verbosity}"
+            f"max_batch_tokens={self.max_batch_tokens}, cachedir={str(self.cachedir)!r}, checkpoint={self.checkpoint!r}, "
+            f"verbosity={self.verbosity}, progress={self.progress}, num_threads={self.num_threads!r}"
         )
 
 

@@ -73,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``biomjepa`` argument parser with its ``demo``, ``embed``, ``train``, ``bench`` and ``graph`` subcommands."""
     p = argparse.ArgumentParser(prog="biomjepa", description="BioM-JEPA single-cell foundation model.",
                                 epilog=_EPILOG + ". `biomjepa COMMAND --help` explains a command.")
-    p.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO level, progress bars)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what is done (INFO level)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (shown on stderr by default for steps longer than 2 s; "
+                   "bj.settings.progress in Python)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = sub.add_parser("demo", help="embed the bundled pancreas demo, cluster it (Leiden) and write a UMAP PNG",
@@ -148,10 +151,12 @@ def main(argv: list[str] | None = None) -> int:
         return atlas_main(atlas)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.verbose:
-        import biomjepa as bj
+    import biomjepa as bj
 
+    if args.verbose:
         bj.settings.verbosity = 2
+    if args.no_progress:
+        bj.settings.progress = False
     try:
         args.func(args)
     except (ValueError, KeyError, TypeError, RuntimeError, OSError) as err:

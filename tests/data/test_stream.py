@@ -65,3 +65,51 @@ def test_streamed_gene_stats_match_the_whole_matrix(mapped):
     expect = np.zeros(len(whole), bool)
     expect[owner[np.isin(whole.genes, ids["p"])]] = True
     np.testing.assert_array_equal(hits["p"], expect)
+
+
+def _lognorm_with_counts_in_raw(counts_adata, n_genes=100):
+    """scanpy's habit: counts kept in ``.raw`` (all genes), ``X`` log-normalized on a subset of genes."""
+    from biomjepa.data.anndata_source import RawCounts
+
+    a = counts_adata.copy()
+    a.raw = a
+    a = a[:, :n_genes].copy()
+    X = a.X.toarray()
+    a.X = np.log1p(1e4 * X / X.sum(axis=1, keepdims=True)).astype(np.float32)
+    a.var["biomjepa_token"] = Vocab.default().index_of(a.var_names)
+    a.raw.var["biomjepa_token"] = Vocab.default().index_of(a.raw.var_names)
+    return a, RawCounts(a)
+
+
+def test_raw_counts_read_like_the_same_counts_in_x(mapped):
+    a, raw = _lognorm_with_counts_in_raw(mapped)
+    (_, want), = list(iter_tokenized(mapped))
+    (_, got), = list(iter_tokenized(raw))
+    _same(got, want)  # every gene of .raw, library sizes over all of them
+    _same(gather(raw, np.array([2, 40]), chunk=16), want.subset(np.array([2, 40])))
+    assert raw.n_obs == 60 and raw.n_vars == mapped.n_vars and a.n_vars == 100
+
+
+def test_refused_x_points_at_raw_when_raw_holds_counts(mapped):
+    a, _ = _lognorm_with_counts_in_raw(mapped)
+    with pytest.raises(ValueError, match=r"X does not look like raw counts.*adata\.raw\.X does hold raw counts.*use_raw=True"):
+        next(iter_tokenized(a))
+    a.raw = None  # no .raw: the message stays as it was
+    with pytest.raises(ValueError, match=r"layer='counts'\)\.$"):
+        next(iter_tokenized(a))
+
+
+def test_counts_view_errors():
+    import anndata as ad
+
+    from biomjepa.data.anndata_source import counts_view
+
+    a = ad.AnnData(np.ones((3, 2), dtype=np.float32))
+    assert counts_view(a) is a
+    with pytest.raises(ValueError, match=r"use_raw=True, but adata\.raw is None"):
+        counts_view(a, use_raw=True)
+    a.raw = a
+    with pytest.raises(ValueError, match=r"cannot be combined with layer='counts'"):
+        counts_view(a, layer="counts", use_raw=True)
+    with pytest.raises(TypeError, match="use_raw must be True or False"):
+        counts_view(a, use_raw="yes")

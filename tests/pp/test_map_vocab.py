@@ -148,6 +148,40 @@ def test_low_count_fraction_warns_and_error_leaves_input_unchanged():
     assert "biomjepa_token" not in a.var and "biomjepa" not in a.uns
 
 
+def test_gene_panel_warns_what_it_does_to_the_library_size():
+    vocab = Vocab.default()
+    panel = make(vocab.symbols[1000:1300])
+    with pytest.warns(UserWarning, match=r"300 of the 19,264 vocabulary genes.*panel.*library size.*panel's counts only"):
+        bj.pp.map_vocab(panel)
+    assert report(panel)["vocab_coverage"] < _vocab.PANEL_COVERAGE
+    n = int(_vocab.PANEL_COVERAGE * vocab.size) + 10  # just above the threshold: no warning
+    X = sparse.random(12, n, density=0.05, format="csr", random_state=0, data_rvs=lambda k: np.ones(k)) * 3
+    whole = make(vocab.symbols[:n], X=X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bj.pp.map_vocab(whole)
+
+
+def test_use_raw_maps_the_genes_of_raw():
+    a = make([*HUMAN, "NOTAGENE"])
+    a.raw = a
+    a = a[:, :3].copy()
+    a.X = np.log1p(a.X)  # scanpy's habit: log-normalized X on a subset of genes, counts in .raw
+    b = bj.pp.map_vocab(a, use_raw=True, copy=True)
+    assert "biomjepa_token" not in a.raw.var and "biomjepa_token" not in a.var and "biomjepa" not in a.uns
+    assert b.raw.var["biomjepa_token"].tolist() == [*idx(*HUMAN), -1] and "biomjepa_token" not in b.var
+    r = report(b)
+    assert r["n_vars"] == 9 and r["params"]["layer"] == "raw.X" and 0.8 < r["count_fraction"] < 1
+    with pytest.raises(KeyError, match=r"not a column of \.raw\.var"):
+        bj.pp.map_vocab(a, use_raw=True, gene_key="symbol")
+    with pytest.raises(ValueError, match="cannot be combined with layer="):
+        bj.pp.map_vocab(a, use_raw=True, layer="counts")
+    a.raw = None
+    with pytest.raises(ValueError, match=r"adata\.raw is None"):
+        bj.pp.map_vocab(a, use_raw=True)
+    assert "biomjepa" not in a.uns
+
+
 def test_copy_returns_new_object():
     a = make(HUMAN)
     b = bj.pp.map_vocab(a, copy=True)
@@ -242,3 +276,25 @@ def test_baron_mouse(shared_data):
     bj.pp.map_vocab(a, species="mouse")
     r = report(a)
     assert r["n_matched"] > 0.75 * a.n_vars and r["methods"]["ortholog"] == r["n_matched"]
+
+
+PANELS = {
+    "kang2018_pbmc_8684cells_raw.h5ad",  # 2,511 genes
+    "norman2019_mcfaline2023_subset_500genes.h5ad",
+    "papalexi2021_thp1_crispr_20729cells_299genes.h5ad",
+}
+
+
+@pytest.mark.shared
+def test_panel_warning_on_real_files(shared_data):
+    """Every whole-transcriptome file of ../shared/data maps without the panel warning; the three panels warn."""
+    files = sorted((shared_data / "scrna").glob("*.h5ad"))
+    assert {f.name for f in files} >= PANELS
+    for f in files:
+        a = ad.read_h5ad(f, backed="r")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            bj.pp.map_vocab(a, species="mouse" if f.name.startswith("baron2016_mouse") else "human")
+        warned = any("gene panel" in str(w.message) for w in caught)
+        assert warned == (f.name in PANELS), (f.name, report(a)["vocab_coverage"])
+        a.file.close()

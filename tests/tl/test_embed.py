@@ -122,3 +122,115 @@ def test_real_baron_and_kang(shared_data, tiny_checkpoint):
     assert kang.uns["biomjepa"]["vocab"]["id_type"].lower().startswith("ensembl")
     bj.tl.embed(kang, checkpoint=tiny_checkpoint)
     assert np.isfinite(kang.obsm["X_biomjepa"]).all()
+
+
+def _counts_in_raw(counts_adata):
+    """``X`` log-normalized on 100 of the genes, the counts of all genes in ``.raw`` (scanpy's habit)."""
+    a = counts_adata.copy()
+    a.raw = a
+    a = a[:, :100].copy()
+    X = a.X.toarray()
+    a.X = sparse.csr_matrix(np.log1p(1e4 * X / X.sum(axis=1, keepdims=True)).astype(np.float32))
+    return a
+
+
+def _snapshot(a):
+    return a.X.copy(), a.raw.X.copy(), a.obs.copy(), a.var.copy(), a.raw.var.copy(), dict(a.uns), list(a.obsm)
+
+
+def _unchanged(a, snap):
+    X, raw_X, obs, var, raw_var, uns, obsm = snap
+    np.testing.assert_array_equal(a.X.toarray(), X.toarray())
+    np.testing.assert_array_equal(a.raw.X.toarray(), raw_X.toarray())
+    assert a.obs.equals(obs) and a.var.equals(var) and a.raw.var.equals(raw_var)
+    assert dict(a.uns).keys() == uns.keys() and list(a.obsm) == obsm
+
+
+def test_use_raw_embeds_the_counts_in_raw(counts_adata, tiny_checkpoint):
+    want = counts_adata.copy()
+    bj.pp.map_vocab(want)
+    bj.tl.embed(want, checkpoint=tiny_checkpoint)
+    a = _counts_in_raw(counts_adata)
+    bj.pp.map_vocab(a, use_raw=True)
+    assert "biomjepa_token" in a.raw.var and "biomjepa_token" not in a.var
+    snap = _snapshot(a)
+    b = bj.tl.embed(a, checkpoint=tiny_checkpoint, use_raw=True, copy=True)
+    _unchanged(a, snap)  # copy=True: the caller's AnnData is left alone
+    np.testing.assert_allclose(b.obsm["X_biomjepa"], want.obsm["X_biomjepa"], rtol=1e-5, atol=1e-6)
+    assert b.uns["biomjepa"]["params"]["layer"] == "raw.X"
+    bj.tl.embed(a, checkpoint=tiny_checkpoint, use_raw=True)
+    np.testing.assert_array_equal(a.obsm["X_biomjepa"], b.obsm["X_biomjepa"])
+    np.testing.assert_array_equal(a.raw.X.toarray(), snap[1].toarray())
+
+
+def test_use_raw_errors_name_the_fix_and_leave_adata_unchanged(counts_adata, tiny_checkpoint):
+    a = _counts_in_raw(counts_adata)
+    bj.pp.map_vocab(a)  # the genes of X only
+    snap = _snapshot(a)
+    with pytest.raises(ValueError, match=r"X does not look like raw counts.*adata\.raw\.X does hold raw counts.*use_raw=True"):
+        bj.tl.embed(a, checkpoint=tiny_checkpoint)
+    with pytest.raises(KeyError, match=r"\.raw\.var\['biomjepa_token'\].*map_vocab\(adata, use_raw=True\)"):
+        bj.tl.embed(a, checkpoint=tiny_checkpoint, use_raw=True)
+    with pytest.raises(ValueError, match=r"cannot be combined with layer='counts'"):
+        bj.tl.embed(a, checkpoint=tiny_checkpoint, use_raw=True, layer="counts")
+    with pytest.raises(TypeError, match="use_raw must be True or False"):
+        bj.tl.embed(a, checkpoint=tiny_checkpoint, use_raw=1)
+    _unchanged(a, snap)
+    a.raw = None
+    with pytest.raises(ValueError, match=r"adata\.raw is None"):
+        bj.tl.embed(a, checkpoint=tiny_checkpoint, use_raw=True)
+    assert "X_biomjepa" not in a.obsm
+
+
+def test_progress_bar_follows_the_setting(mapped, tiny_checkpoint, capsys, monkeypatch):
+    monkeypatch.setattr("biomjepa._settings.PROGRESS_DELAY", 0.0)  # a bar at once, however short the run
+    assert bj.settings.progress is True  # on by default
+    bj.tl.embed(mapped, checkpoint=tiny_checkpoint)
+    assert "embed: 100%" in capsys.readouterr().err
+    monkeypatch.setattr(bj.settings, "_progress", True)  # restored after the test
+    bj.settings.progress = False
+    bj.tl.embed(mapped, checkpoint=tiny_checkpoint)
+    assert "embed" not in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"bj\.settings\.progress must be True or False"):
+        bj.settings.progress = "no"
+
+
+def test_torch_threads_follow_the_setting_and_are_put_back(mapped, tiny_checkpoint, monkeypatch):
+    import torch
+
+    from biomjepa import _device
+    from biomjepa.tl import _embed
+
+    seen = []
+    real = _embed.embed_cells
+    monkeypatch.setattr(_embed, "embed_cells", lambda *a, **k: (seen.append(torch.get_num_threads()), real(*a, **k))[1])
+    monkeypatch.setattr(bj.settings, "_num_threads", "auto")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        bj.settings.num_threads = 1
+        bj.tl.embed(mapped, checkpoint=tiny_checkpoint)
+        bj.settings.num_threads = None  # torch's own count
+        bj.tl.embed(mapped, checkpoint=tiny_checkpoint)
+        bj.settings.num_threads = "auto"
+        monkeypatch.setattr(_device, "auto_threads", lambda limit: 1)  # a busy machine
+        bj.tl.embed(mapped, checkpoint=tiny_checkpoint)
+        assert seen == [1, 2, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    for bad in (0, -2, 1.5, True, "all"):
+        with pytest.raises(ValueError, match=r"bj\.settings\.num_threads must be 'auto', a positive integer, or None"):
+            bj.settings.num_threads = bad
+
+
+def test_auto_threads_counts_the_cores_others_leave_idle(monkeypatch):
+    from biomjepa import _device
+
+    monkeypatch.setattr(_device.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(_device, "_usable_cores", lambda: 2)
+    for busy_share, want in ((1.0, 1), (0.5, 1), (0.2, 2), (0.0, 2)):  # share of both cores busy elsewhere
+        ticks = iter([(0, 0), (int(100 * busy_share), 100)])
+        monkeypatch.setattr(_device, "_cpu_ticks", lambda ticks=ticks: next(ticks))
+        assert _device.auto_threads(2, window=0.0) == want, busy_share
+    monkeypatch.setattr(_device, "_cpu_ticks", lambda: None)  # no /proc/stat: torch's own count
+    assert _device.auto_threads(3, window=0.0) == 3

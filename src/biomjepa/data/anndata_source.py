@@ -23,6 +23,59 @@ def get_modality(data, mod: str | None = None):
     return data
 
 
+class RawCounts:
+    """``adata.raw`` as the readers see an AnnData: ``X``, ``var`` and ``var_names`` of ``.raw``, the cells of ``adata``.
+
+    What ``use_raw=True`` reads (scanpy's convention); nothing is copied (a backed ``.raw`` stays on disk),
+    and :func:`biomjepa.pp.map_vocab` with ``use_raw=True`` writes its column into ``adata.raw.var``.
+    """
+
+    where = "raw.X"  # how errors name the matrix
+
+    def __init__(self, adata) -> None:
+        self._adata = adata
+        self.layers: dict = {}
+
+    @property
+    def X(self):
+        return self._adata.raw.X
+
+    @property
+    def var(self):
+        return self._adata.raw.var
+
+    @property
+    def var_names(self):
+        return self._adata.raw.var_names
+
+    @property
+    def n_obs(self) -> int:
+        return self._adata.n_obs
+
+    @property
+    def n_vars(self) -> int:
+        return self._adata.raw.n_vars
+
+
+def counts_view(adata, *, layer: str | None = None, use_raw: bool = False):
+    """``adata`` itself, or its ``.raw`` as a :class:`RawCounts` when ``use_raw=True``; clear errors otherwise."""
+    if not isinstance(use_raw, bool):
+        raise TypeError(f"use_raw must be True or False, got {use_raw!r}.")
+    if not use_raw:
+        return adata
+    if layer is not None:
+        raise ValueError(
+            f"use_raw=True reads adata.raw.X and cannot be combined with layer={layer!r}: pass either "
+            "use_raw=True or layer=, not both."
+        )
+    if getattr(adata, "raw", None) is None:
+        raise ValueError(
+            "use_raw=True, but adata.raw is None (no .raw was kept). Pass use_raw=False and, if the counts are "
+            "in a layer, layer= naming it."
+        )
+    return RawCounts(adata)
+
+
 def write_joint_obsm(data, mod: str | None, key: str, values: np.ndarray) -> None:
     """Copy a modality's ``[n_mod, d]`` per-cell ``values`` into ``data.obsm[key]`` when ``data`` is a MuData.
 
@@ -39,8 +92,10 @@ def write_joint_obsm(data, mod: str | None, key: str, values: np.ndarray) -> Non
 
 
 def token_column(adata, key: str = TOKEN_KEY) -> np.ndarray:
-    """The ``var`` vocabulary-index column written by :func:`biomjepa.pp.map_vocab`."""
+    """The ``var`` vocabulary-index column written by :func:`biomjepa.pp.map_vocab` (``.raw.var`` for :class:`RawCounts`)."""
     if key not in adata.var:
+        if isinstance(adata, RawCounts):
+            raise KeyError(f"Did not find .raw.var[{key!r}]. Run `bj.pp.map_vocab(adata, use_raw=True)` first.")
         raise KeyError(f"Did not find .var[{key!r}]. Run `bj.pp.map_vocab(adata)` first.")
     token = adata.var[key].to_numpy()
     if not np.issubdtype(token.dtype, np.integer):

@@ -2,8 +2,10 @@
 
 Whatever holds the counts (an in-memory dense or sparse ``X``, a backed h5ad, a MuData modality
 picked with :func:`~biomjepa.data.anndata_source.get_modality`, a dask array from anndata's lazy
-readers, or a layer of any of these), every reader of raw counts in the package goes through the
-three generators here, chunk by chunk, and never holds more than one chunk of the input:
+readers, a layer of any of these, or their ``.raw`` seen through
+:class:`~biomjepa.data.anndata_source.RawCounts` for ``use_raw=True``), every reader of raw counts in
+the package goes through the three generators here, chunk by chunk, and never holds more than one
+chunk of the input:
 
 - :func:`iter_counts` yields ``(rows, block)`` raw blocks (scipy sparse or numpy);
 - :func:`iter_vocab_counts` adds the raw-count check and the map onto the vocabulary
@@ -25,7 +27,7 @@ import numpy as np
 from scipy import sparse
 
 from .._keys import TOKEN_KEY
-from .anndata_source import token_column
+from .anndata_source import RawCounts, token_column
 from .tokenize import TokenizedCells, check_counts, concat_cells, to_vocab_counts, tokenize
 
 CHUNK = 4096
@@ -40,9 +42,26 @@ def count_matrix(adata, layer: str | None = None):
     return adata.layers[layer]
 
 
-def where_label(layer: str | None) -> str:
-    """How error messages name the matrix being read (``X`` or ``layers['counts']``)."""
+def where_label(layer: str | None, adata=None) -> str:
+    """How error messages name the matrix being read (``X``, ``layers['counts']`` or ``raw.X``)."""
+    if isinstance(adata, RawCounts):
+        return RawCounts.where
     return "X" if layer is None else f"layers[{layer!r}]"
+
+
+def _raw_hint(adata) -> str:
+    """A sentence pointing at ``use_raw=True`` when ``X``/a layer is refused but ``adata.raw`` holds counts."""
+    raw = None if isinstance(adata, RawCounts) else getattr(adata, "raw", None)
+    if raw is None:
+        return ""
+    try:
+        check_counts(_materialize(raw.X[: min(adata.n_obs, CHUNK)]), where="raw.X")
+    except (ValueError, TypeError, IndexError):
+        return ""
+    return (
+        " adata.raw.X does hold raw counts (scanpy's habit of keeping them in .raw): pass use_raw=True, after "
+        "mapping its genes with `bj.pp.map_vocab(adata, use_raw=True)`."
+    )
 
 
 def _is_dask(X) -> bool:
@@ -103,7 +122,9 @@ def iter_vocab_counts(
     """Yield ``(rows, counts [n, V] CSR float64, totals [n])``: checked raw counts on the vocabulary.
 
     Every stored value of every block is checked (:func:`~biomjepa.data.tokenize.check_counts`);
-    ``totals`` are library sizes over all input genes, mapped or not. ``token`` (``[n_vars]``
+    ``totals`` are library sizes over all input genes, mapped or not. ``adata`` may be a
+    :class:`~biomjepa.data.anndata_source.RawCounts` (``use_raw=True``); a refused matrix's error points
+    at ``use_raw=True`` when ``adata.raw`` holds counts. ``token`` (``[n_vars]``
     vocabulary index, −1 unmapped) replaces ``var[token_key]`` for callers that map genes
     themselves (the coexpression graph over unmapped files); ``where`` names the matrix in errors
     (default ``X`` / ``layers[...]``; corpus preparation adds the file name).
@@ -112,9 +133,12 @@ def iter_vocab_counts(
 
     token = token_column(adata, token_key) if token is None else np.asarray(token, dtype=np.int64)
     V = vocab_size or Vocab.default().size
-    where = where or where_label(layer)
+    where = where or where_label(layer, adata)
     for rows, block in iter_counts(adata, layer=layer, chunk=chunk, start=start, stop=stop):
-        check_counts(block, where=where)
+        try:
+            check_counts(block, where=where)
+        except ValueError as err:
+            raise ValueError(f"{err}{_raw_hint(adata)}") from None
         counts, totals = to_vocab_counts(block, token, V)
         yield rows, counts, totals
 

@@ -12,7 +12,7 @@ import pandas as pd
 from scipy import sparse
 
 from .._keys import TOKEN_KEY, UNS_KEY
-from ..data.anndata_source import get_modality
+from ..data.anndata_source import RawCounts, counts_view, get_modality
 from ..data.idtable import (
     Resolution,
     clean_names,
@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOW_COUNT_FRACTION = 0.5
+# Below this share of the vocabulary the input is a gene panel (or a gene subset such as HVGs). The files of
+# ../shared/data: whole transcriptomes 0.435 (a filtered 8,863-gene PBMC file) to 0.98; panels 0.013
+# (Papalexi, 299 genes), 0.023 (Norman, 500) and 0.128 (Kang 2018, 2,511).
+PANEL_COVERAGE = 0.25
 ROW_CHUNK = 8192
 
 
@@ -37,6 +41,7 @@ def map_vocab(
     *,
     gene_key: str | None = None,
     layer: str | None = None,
+    use_raw: bool = False,
     species: str = "human",
     orthologs: pd.DataFrame | str | PathLike | None = None,
     id_type: str = "auto",
@@ -58,6 +63,9 @@ def map_vocab(
     reported with a warning (map the original, non-unique names via ``gene_key=`` instead).
     Several vars may map to one token: the tokenizer sums their counts.
     ``X`` is never modified; a sparse matrix is never densified; backed AnnData is read in row chunks.
+    A UserWarning says so when the genes cover less than a quarter of the vocabulary
+    (:data:`PANEL_COVERAGE`: a gene panel, or HVGs): each cell's library size, hence the library-size
+    token and every value the model sees, then comes from the panel's counts only.
     Values are not validated here (only genes are mapped): :func:`biomjepa.tl.embed` and the other
     tools refuse log-normalized, negative or non-finite input (``count_fraction`` is then NaN or
     meaningless).
@@ -71,6 +79,11 @@ def map_vocab(
         ``var`` column holding gene identifiers; default ``var_names``.
     layer
         Layer whose counts give ``count_fraction``; default ``X``.
+    use_raw
+        Map the genes of ``adata.raw`` (``raw.var_names`` or ``raw.var[gene_key]``) and write the
+        column into ``adata.raw.var``, for tools called with ``use_raw=True`` (counts kept in
+        ``.raw``, scanpy's convention); ``count_fraction`` then comes from ``raw.X``. Not together
+        with ``layer``.
     species
         ``"human"`` (default), ``"mouse"``, or another name together with ``orthologs``.
     orthologs
@@ -89,7 +102,7 @@ def map_vocab(
     -------
     ``None``, or a copy of ``adata`` when ``copy=True``. Writes
 
-    ``.var["biomjepa_token"]`` (or ``key_added``)
+    ``.var["biomjepa_token"]`` (or ``key_added``; in ``.raw.var`` for ``use_raw=True``)
         int64 vocabulary index per var, −1 = unmapped.
     ``.uns["biomjepa"]["vocab"]``
         dict: ``n_vars``; ``n_matched`` (vars mapped); ``n_tokens`` (distinct tokens hit);
@@ -101,7 +114,7 @@ def map_vocab(
         ``vocab_hash``; ``methods`` (vars mapped per rule: official, alias, case (case-insensitive),
         ensembl, entrez, ortholog); ``n_case_ambiguous`` (names whose case-insensitive form fits several
         symbols, left unmapped); ``n_suffixed_unmapped`` and ``suffixed_examples`` (``TP53-1``-style names
-        left unmapped); ``params`` (gene_key, layer, species, id_type, key_added).
+        left unmapped); ``params`` (gene_key, layer (``"raw.X"`` for ``use_raw=True``), species, id_type, key_added).
 
     Raises
     ------
@@ -118,24 +131,25 @@ def map_vocab(
         )
     adata = adata.copy() if copy else adata
     target = get_modality(adata, mod)
-    if target.n_vars == 0 or target.n_obs == 0:
-        raise ValueError(f"AnnData is empty ({target.n_obs} cells × {target.n_vars} genes): nothing to map.")
-    names = _gene_names(target, gene_key)
+    source = counts_view(target, layer=layer, use_raw=use_raw)  # target, or its .raw
+    if source.n_vars == 0 or target.n_obs == 0:
+        raise ValueError(f"AnnData is empty ({target.n_obs} cells × {source.n_vars} genes): nothing to map.")
+    names = _gene_names(source, gene_key)
     res = resolve_identifiers(names, species=species, orthologs=orthologs, id_type=id_type)
-    _check_overlap(target, names, res, gene_key=gene_key, species=species)
+    _check_overlap(source, names, res, gene_key=gene_key, species=species)
 
     key = key_added or TOKEN_KEY
-    report = _report(target, names, res, layer=layer, species=species)
+    report = _report(source, names, res, layer=layer, species=species)
     report["params"] = {
         "gene_key": gene_key or "var_names",
-        "layer": layer or "X",
+        "layer": RawCounts.where if use_raw else layer or "X",
         "species": species,
         "id_type": id_type,
         "key_added": key,
     }
     _log_report(report, mouse_like=species == "human" and mouse_like_fraction(names) >= 0.3)
 
-    target.var[key] = res.token
+    source.var[key] = res.token
     target.uns.setdefault(UNS_KEY, {})["vocab"] = report
     return adata if copy else None
 
@@ -151,7 +165,8 @@ def _gene_names(adata, gene_key: str | None) -> pd.Series:
             )
         return names
     if gene_key not in adata.var.columns:
-        raise KeyError(f"gene_key={gene_key!r} is not a column of .var (columns: {list(adata.var.columns)}).")
+        where = ".raw.var" if isinstance(adata, RawCounts) else ".var"
+        raise KeyError(f"gene_key={gene_key!r} is not a column of {where} (columns: {list(adata.var.columns)}).")
     return clean_names(adata.var[gene_key].to_numpy())
 
 
@@ -246,6 +261,7 @@ def _log_report(report: dict, *, mouse_like: bool = False) -> None:
             UserWarning,
             stacklevel=3,
         )
+    _warn_panel(report)
     frac = report["count_fraction"]
     if frac < LOW_COUNT_FRACTION:  # False for NaN
         warnings.warn(
@@ -254,6 +270,24 @@ def _log_report(report: dict, *, mouse_like: bool = False) -> None:
             UserWarning,
             stacklevel=3,
         )
+
+
+def _warn_panel(report: dict) -> None:
+    """A gene panel: say what it does to the library size and the values the model sees."""
+    if report["vocab_coverage"] >= PANEL_COVERAGE:
+        return
+    warnings.warn(
+        f"The input measures only {report['n_tokens']:,} of the {Vocab.default().size:,} vocabulary genes "
+        f"(vocab_coverage={report['vocab_coverage']:.3f} < {PANEL_COVERAGE}): a gene panel or a subset of genes "
+        "(e.g. highly variable genes), while the model was pretrained on whole transcriptomes. Each cell's "
+        "library size is then the total of the panel's counts only, so the library-size token and every "
+        "value log1p(1e4 · count / library) differ from what whole-transcriptome counts of the same cell "
+        "give: embeddings of panel data are not comparable with whole-transcriptome ones and may be poor. "
+        "If these genes were selected from a larger matrix, map and embed the full counts instead (all "
+        "genes, e.g. from `adata.raw` or the unfiltered file).",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def _warn_case_and_suffixes(report: dict, mouse_like: bool) -> None:

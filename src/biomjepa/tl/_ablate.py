@@ -13,7 +13,7 @@ from .._graph_programme import graph_label
 from .._keys import TOKEN_KEY
 from .._settings import settings
 from ._null import count_in, expression_bins, matched_random_set, scan_gene_stats
-from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_modality
+from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,6 +45,7 @@ def ablate_programme(
     checkpoint: str | None = None,
     graph=None,
     layer: str | None = None,
+    use_raw: bool = False,
     n_bins: int = 10,
     batch_size: int | None = None,
     device: str = "auto",
@@ -98,6 +99,9 @@ def ablate_programme(
         (a training run's ``corpus/graph``). Required for graph programmes, unused otherwise.
     layer
         Layer with raw counts; default ``X``.
+    use_raw
+        Read the counts from ``adata.raw`` (scanpy's convention; genes mapped with
+        ``bj.pp.map_vocab(adata, use_raw=True)``), as in :func:`biomjepa.tl.embed`. Not with ``layer``.
     n_bins
         Quantile bins per axis (mean expression, detection frequency) of the null grid.
     batch_size
@@ -143,7 +147,7 @@ def ablate_programme(
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
     adata = adata.copy() if copy else adata
-    target = mapped_modality(adata, mod, TOKEN_KEY)
+    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, token_key=TOKEN_KEY)
     if target.n_obs == 0:
         raise ValueError("adata has no cells.")
     programmes = _resolve_programmes(programme, graph)
@@ -153,7 +157,7 @@ def ablate_programme(
     if n_random < 1 or n_cells < 2:
         raise ValueError(f"n_random must be >= 1 and n_cells >= 2; got {n_random}, {n_cells}.")
     vocab = Vocab.default()
-    mean, detection, _ = scan_gene_stats(target, layer=layer, vocab_size=vocab.size)
+    mean, detection, _ = scan_gene_stats(source, layer=layer, vocab_size=vocab.size)
     observed = np.flatnonzero(detection > 0)
     ids, left_out = _programme_ids(programmes, vocab, detection)
     rng = np.random.default_rng(random_state)
@@ -163,7 +167,7 @@ def ablate_programme(
 
     dev = resolve_device(device)
     model = load_model(checkpoint)
-    table = _ablate_all(model, target, rows, ids, null_sets, layer=layer, batch_size=bs, device=dev)
+    table = _ablate_all(model, source, rows, ids, null_sets, layer=layer, batch_size=bs, device=dev)
     table.insert(0, "group", np.tile(groups[rows], len(ids)))
     table.insert(0, "cell", np.tile(target.obs_names[rows].to_numpy(), len(ids)))
     summary = (
@@ -177,7 +181,7 @@ def ablate_programme(
         result["matched"], result["test"] = matched_test(table, matched)
     result["params"] = {
         "groupby": groupby, "matched": dict(matched) if matched else None, "n_random": n_random,
-        "n_cells": n_cells, "checkpoint": model.info.get("name", "unnamed"), "layer": layer or "X",
+        "n_cells": n_cells, "checkpoint": model.info.get("name", "unnamed"), "layer": "raw.X" if use_raw else layer or "X",
         "graph": graph_label(graph),
         "n_bins": n_bins, "random_state": random_state, "batch_size": bs, "device": str(dev),
         "programmes": {k: [str(vocab.symbols[g]) for g in v] for k, v in ids.items()},
@@ -308,8 +312,9 @@ def _ablate_all(model, adata, rows, ids, null_sets, *, layer, batch_size, device
     displacements are kept.
     """
     import pandas as pd
-    from tqdm.auto import tqdm
 
+    from .._device import cpu_threads
+    from .._progress import progress_bar
     from ..data.stream import iter_selected
     from ._embed import embed_cells
 
@@ -318,18 +323,17 @@ def _ablate_all(model, adata, rows, ids, null_sets, *, layer, batch_size, device
     d_null = {k: np.empty((n_null, len(rows))) for k in ids}
     n_removed = {k: np.empty(len(rows), np.int64) for k in ids}
     opts = dict(batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens)
-    bar = tqdm(total=len(rows), disable=not settings.show_progress, desc="ablate", unit="cell")
     order = np.argsort(rows, kind="stable")  # rows come group by group; the file is read in row order
-    for pos, cells in iter_selected(adata, rows[order], layer=layer):
-        pos = order[pos]
-        z = embed_cells(model, cells, **opts)
-        for name, prog in ids.items():
-            d[name][pos] = displacement(z, embed_cells(model, cells.drop_genes(prog), **opts))
-            for k, genes in enumerate(null_sets[name]):
-                d_null[name][k, pos] = displacement(z, embed_cells(model, cells.drop_genes(genes), **opts))
-            n_removed[name][pos] = count_in(cells, prog)
-        bar.update(len(pos))
-    bar.close()
+    with progress_bar(total=len(rows), desc="ablate", unit="cell") as bar, cpu_threads(device):
+        for pos, cells in iter_selected(adata, rows[order], layer=layer):
+            pos = order[pos]
+            z = embed_cells(model, cells, **opts)
+            for name, prog in ids.items():
+                d[name][pos] = displacement(z, embed_cells(model, cells.drop_genes(prog), **opts))
+                for k, genes in enumerate(null_sets[name]):
+                    d_null[name][k, pos] = displacement(z, embed_cells(model, cells.drop_genes(genes), **opts))
+                n_removed[name][pos] = count_in(cells, prog)
+            bar.update(len(pos))
     parts = [
         pd.DataFrame({
             "programme": name, "n_removed": n_removed[name], "displacement": d[name],

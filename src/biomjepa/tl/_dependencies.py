@@ -43,7 +43,7 @@ import numpy as np
 from .._keys import TOKEN_KEY
 from .._settings import settings
 from ._null import count_in as _count_in
-from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_modality
+from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,6 +75,7 @@ def programme_dependencies(
     n_cells: int = 24,
     graph=None,
     layer: str | None = None,
+    use_raw: bool = False,
     n_bins: int = 10,
     random_state: int = 0,
     batch_size: int | None = None,
@@ -124,6 +125,9 @@ def programme_dependencies(
         corpus cache ``graph/`` directory. Unused for ``random_block`` runs.
     layer
         Layer with raw counts; default ``X``.
+    use_raw
+        Read the counts from ``adata.raw`` (scanpy's convention; genes mapped with
+        ``bj.pp.map_vocab(adata, use_raw=True)``), as in :func:`biomjepa.tl.embed`. Not with ``layer``.
     n_bins
         Quantile bins per axis of the null grid.
     random_state
@@ -170,7 +174,7 @@ def programme_dependencies(
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
     adata = adata.copy() if copy else adata
-    target = mapped_modality(adata, mod, TOKEN_KEY)
+    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, token_key=TOKEN_KEY)
     if target.n_obs == 0:
         raise ValueError("adata has no cells.")
     progs = _check_inputs(target, programmes, groupby, matched, n_random, n_cells)
@@ -178,7 +182,7 @@ def programme_dependencies(
     vocab = Vocab.default()
     vocab_ids = {k: vocab.index_of(v) for k, v in progs.items()}
     mean, detection, hits = scan_gene_stats(
-        target, layer=layer, vocab_size=vocab.size, programmes={k: v[v >= 0] for k, v in vocab_ids.items()}
+        source, layer=layer, vocab_size=vocab.size, programmes={k: v[v >= 0] for k, v in vocab_ids.items()}
     )
     observed = np.flatnonzero(detection > 0)
     ids, left_out = _programme_ids(progs, vocab, detection)
@@ -188,7 +192,7 @@ def programme_dependencies(
     null_sets, null_table = _null_sets(ids, observed, bins, n_random, rng, vocab.symbols)
     groups, labelled = labels_or_drop(target, groupby, what="the matched identities")
     sampled = {b: _sample_target_cells(hits[b], labelled & (groups == str(matched[b])), n_cells, rng, b) for b in ids}
-    jobs = _jobs(target, sampled, ids, block_ids, null_sets, layer)
+    jobs = _jobs(source, sampled, ids, block_ids, null_sets, layer)
     errors, info = programme_errors(checkpoint, jobs, graph=graph, device=dev, batch_size=bs,
                                     max_tokens=settings.max_batch_tokens)
     pairs, cell_rows = _tables(errors, jobs, sampled, ids, null_sets, groups, matched, target.obs_names)
@@ -199,7 +203,7 @@ def programme_dependencies(
         "matrix": matrix, "pairs": pairs, "cells": cell_rows, "null_sets": null_table,
         "params": {
             "groupby": groupby, "matched": dict(matched), "n_random": n_random, "n_cells": n_cells,
-            "layer": layer or "X", "n_bins": n_bins, "random_state": random_state, "batch_size": bs,
+            "layer": "raw.X" if use_raw else layer or "X", "n_bins": n_bins, "random_state": random_state, "batch_size": bs,
             "device": str(dev), "checkpoint": info["source"], "step": info["step"], "objective": info["objective"],
             "programmes": {k: [str(vocab.symbols[g]) for g in v] for k, v in ids.items()},
             "block_ids": {k: int(v) for k, v in block_ids.items()}, "left_out": left_out,

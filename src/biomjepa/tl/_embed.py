@@ -11,7 +11,7 @@ from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY
 from .._settings import settings
 from ..data.anndata_source import write_joint_obsm
 from ..data.stream import iter_tokenized
-from ._utils import check_batch_size, check_copy, mapped_modality
+from ._utils import check_batch_size, check_copy, mapped_source
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -24,6 +24,7 @@ def embed(
     *,
     checkpoint: str | None = None,
     layer: str | None = None,
+    use_raw: bool = False,
     batch_size: int | None = None,
     device: str = "auto",
     mod: str | None = None,
@@ -50,6 +51,10 @@ def embed(
         Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
     layer
         Layer with raw counts; default ``X``.
+    use_raw
+        Read the counts from ``adata.raw`` (scanpy's convention; its genes mapped first with
+        ``bj.pp.map_vocab(adata, use_raw=True)``), e.g. when ``X`` holds log-normalized values of a
+        subset of genes. Not together with ``layer``.
     batch_size
         Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
         also capped at ``bj.settings.max_batch_tokens`` tokens.
@@ -70,7 +75,8 @@ def embed(
     ``.obsm["X_biomjepa"]``
         float32 ``[n_obs, 2·d_model]`` embedding (1,536 for the base model).
     ``.uns["biomjepa"]["params"]``
-        checkpoint name and sha256, vocab hash, device, dtype, pooling, genes used per cell.
+        checkpoint name and sha256, vocab hash, device, dtype, pooling, the matrix read (``layer``:
+        ``"X"``, a layer name or ``"raw.X"``), genes used per cell.
 
     For a MuData, both are written to ``.mod[mod]`` (where ``sc.pp.neighbors(mdata[mod],
     use_rep="X_biomjepa")`` and muon's WNN look for them), and ``.obsm["X_biomjepa"]`` of the
@@ -82,17 +88,18 @@ def embed(
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
     adata = adata.copy() if copy else adata
-    target = mapped_modality(adata, mod, TOKEN_KEY)  # fail early, before loading a model
+    # fail early, before loading a model
+    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, token_key=TOKEN_KEY)
     if target.n_obs == 0:
         raise ValueError("adata has no cells to embed.")
     dev = resolve_device(device)
     model = load_model(checkpoint)
-    Z, n_genes = _embed_adata(model, target, layer=layer, batch_size=bs, device=dev)
+    Z, n_genes = _embed_adata(model, source, layer=layer, batch_size=bs, device=dev)
     key = key_added or OBSM_KEY
     target.obsm[key] = Z
     write_joint_obsm(adata, mod, key, Z)
     uns = target.uns.setdefault(UNS_KEY if key_added is None else key_added, {})
-    uns["params"] = _params(model, dev, layer, bs, n_genes)
+    uns["params"] = _params(model, dev, "raw.X" if use_raw else layer, bs, n_genes)
     return adata if copy else None
 
 
@@ -118,16 +125,16 @@ def _params(model, dev, layer, batch_size, n_genes) -> dict:
 
 def _embed_adata(model, adata, *, layer, batch_size, device) -> tuple[np.ndarray, np.ndarray]:
     """Stream ``adata`` in row chunks → (embeddings ``[n, 2D]`` float32, genes per cell ``[n]``)."""
-    from tqdm.auto import tqdm
+    from .._device import cpu_threads
+    from .._progress import progress_bar
 
     Z = np.empty((adata.n_obs, model.config.embedding_dim), dtype=np.float32)
     n_genes = np.empty(adata.n_obs, dtype=np.int64)
-    bar = tqdm(total=adata.n_obs, unit="cell", disable=not settings.show_progress, desc="embed")
-    for sl, cells in iter_tokenized(adata, layer=layer):
-        Z[sl] = embed_cells(model, cells, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens)
-        n_genes[sl] = cells.lengths
-        bar.update(sl.stop - sl.start)
-    bar.close()
+    with progress_bar(total=adata.n_obs, unit="cell", desc="embed") as bar, cpu_threads(device):
+        for sl, cells in iter_tokenized(adata, layer=layer):
+            Z[sl] = embed_cells(model, cells, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens)
+            n_genes[sl] = cells.lengths
+            bar.update(sl.stop - sl.start)
     logger.info("Embedded %d cells on %s", adata.n_obs, device)
     return Z, n_genes
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._keys import TOKEN_KEY
 from .._settings import settings
-from ._utils import check_batch_size, check_copy, mapped_modality
+from ._utils import check_batch_size, check_copy, mapped_source
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -38,6 +38,7 @@ def finetune(
     label_key: str,
     checkpoint: str | None = None,
     layer: str | None = None,
+    use_raw: bool = False,
     train_frac: float = 0.6,
     valid_frac: float = 0.2,
     epochs: int = 1,
@@ -79,6 +80,9 @@ def finetune(
         Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
     layer
         Layer with raw counts; default ``X``.
+    use_raw
+        Read the counts from ``adata.raw`` (scanpy's convention; genes mapped with
+        ``bj.pp.map_vocab(adata, use_raw=True)``), as in :func:`biomjepa.tl.embed`. Not with ``layer``.
     train_frac, valid_frac
         Fractions of each class for training and validation; the test split gets the rest
         (``1 - train_frac - valid_frac``, may be 0). Split sizes are rounded up for the
@@ -135,12 +139,13 @@ def finetune(
     check_copy(adata, copy)
     adata = adata.copy() if copy else adata
     codes, classes = _labels(get_modality(adata, mod), label_key)
-    target = mapped_modality(adata, mod, TOKEN_KEY)  # fail early, before loading a model
+    # fail early, before loading a model
+    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, token_key=TOKEN_KEY)
     split = stratified_split(codes, train_frac, valid_frac, random_state)
     dev = resolve_device(device)
     base = load_model(checkpoint)
-    train_cells = gather(target, np.flatnonzero(split == "train"), layer=layer)
-    valid_cells = gather(target, np.flatnonzero(split == "valid"), layer=layer)
+    train_cells = gather(source, np.flatnonzero(split == "train"), layer=layer)
+    valid_cells = gather(source, np.flatnonzero(split == "valid"), layer=layer)
     opts = dict(
         epochs=epochs,
         batch_size=batch_size,
@@ -151,9 +156,9 @@ def finetune(
     )
     model, fit = _fit(base, train_cells, valid_cells, codes, split, len(classes), dev, **opts)
     del train_cells, valid_cells
-    proba, heldout_s = _predict_all(model, target, layer, split, batch_size, dev)
+    proba, heldout_s = _predict_all(model, source, layer, split, batch_size, dev)
     result = _summary(fit, proba, codes, split, classes, heldout_s)
-    result["params"] = {**_params(base, dev, label_key, layer, train_frac, valid_frac), **opts}
+    result["params"] = {**_params(base, dev, label_key, "raw.X" if use_raw else layer, train_frac, valid_frac), **opts}
     if out_dir is not None:
         result["out_dir"] = str(save_finetuned(model, classes, out_dir, base.info, label_key))
     _write(target, key_added, proba, split, classes, result)
@@ -247,8 +252,8 @@ def _fit(
     train split, so it is read once (:func:`biomjepa.data.stream.gather`) and reused every epoch.
     """
     import torch
-    from tqdm.auto import tqdm
 
+    from .._progress import progress_bar
     from ..nn import finetune as ft
 
     with torch.random.fork_rng(devices=[]):
@@ -261,7 +266,7 @@ def _fit(
     train, valid = np.flatnonzero(split == "train"), np.flatnonzero(split == "valid")
     history = {"epoch": [], "train_loss": [], "valid_macro_f1": []}
     best, best_f1, seconds = None, -1.0, 0.0
-    bar = tqdm(total=epochs * len(train), unit="cell", desc="finetune", disable=not settings.show_progress)
+    bar = progress_bar(total=epochs * len(train), unit="cell", desc="finetune")
     for epoch in range(1, epochs + 1):
         stats = ft.train_epoch(
             model,

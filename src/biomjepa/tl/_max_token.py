@@ -9,7 +9,7 @@ import numpy as np
 
 from .._keys import TOKEN_KEY
 from .._settings import settings
-from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_modality
+from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,6 +87,7 @@ def max_token(
     groupby: str | None = None,
     checkpoint: str | None = None,
     layer: str | None = None,
+    use_raw: bool = False,
     batch_size: int | None = None,
     device: str = "auto",
     mod: str | None = None,
@@ -115,6 +116,9 @@ def max_token(
         Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
     layer
         Layer with raw counts; default ``X``.
+    use_raw
+        Read the counts from ``adata.raw`` (scanpy's convention; genes mapped with
+        ``bj.pp.map_vocab(adata, use_raw=True)``), as in :func:`biomjepa.tl.embed`. Not with ``layer``.
     batch_size
         Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
         also capped at ``bj.settings.max_batch_tokens`` tokens.
@@ -153,18 +157,18 @@ def max_token(
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
     adata = adata.copy() if copy else adata
-    target = mapped_modality(adata, mod, TOKEN_KEY)
+    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, token_key=TOKEN_KEY)
     if target.n_obs == 0:
         raise ValueError("adata has no cells.")
     if groupby is not None and groupby not in target.obs:
         raise KeyError(f"groupby={groupby!r} is not a column of adata.obs ({list(target.obs.columns)[:10]}).")
     dev = resolve_device(device)
     model = load_model(checkpoint)
-    winner, share, top = _stream_winners(model, target, layer=layer, batch_size=bs, device=dev)
+    winner, share, top = _stream_winners(model, source, layer=layer, batch_size=bs, device=dev)
     vocab_symbols = np.asarray(Vocab.default().symbols, dtype=object)
     symbols, top = vocab_symbols[winner], vocab_symbols[top]
     result = {"params": {
-        "groupby": groupby, "checkpoint": model.info.get("name", "unnamed"), "layer": layer or "X",
+        "groupby": groupby, "checkpoint": model.info.get("name", "unnamed"), "layer": "raw.X" if use_raw else layer or "X",
         "batch_size": bs, "device": str(dev), "contribution": "share of max-pooled feature dimensions",
         "ties": "lowest vocabulary index",
     }}
@@ -182,18 +186,17 @@ def max_token(
 
 def _stream_winners(model, adata, *, layer, batch_size: int, device) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Winner id, its share and the most-expressed gene id of every cell, ``[n]`` each, chunk by chunk."""
-    from tqdm.auto import tqdm
-
+    from .._device import cpu_threads
+    from .._progress import progress_bar
     from ..data.stream import iter_tokenized
 
     n = adata.n_obs
     winner, share, top = np.empty(n, np.int64), np.empty(n, np.float32), np.empty(n, np.int64)
-    bar = tqdm(total=n, unit="cell", disable=not settings.show_progress, desc="max_token")
-    for rows, cells in iter_tokenized(adata, layer=layer):
-        winner[rows], share[rows] = _winners(model, cells, batch_size=batch_size, device=device)
-        top[rows] = top_expressed(cells)
-        bar.update(rows.stop - rows.start)
-    bar.close()
+    with progress_bar(total=n, unit="cell", desc="max_token") as bar, cpu_threads(device):
+        for rows, cells in iter_tokenized(adata, layer=layer):
+            winner[rows], share[rows] = _winners(model, cells, batch_size=batch_size, device=device)
+            top[rows] = top_expressed(cells)
+            bar.update(rows.stop - rows.start)
     return winner, share, top
 
 

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._settings import settings
 from ._null import quantile_bins
 
 if TYPE_CHECKING:
@@ -264,14 +263,15 @@ def _covariates(adata, singles, ctrl, layer, override) -> dict[str, float]:
 
 def _score(evaluable, singles, delta, covar, n_random, n_bins, rng) -> pd.DataFrame:
     import pandas as pd
-    from tqdm.auto import tqdm
+
+    from .._progress import progress_bar
 
     names = list(singles)
     finite = {g: v for g, v in covar.items() if np.isfinite(v)}
     bins = dict(zip(finite, quantile_bins(np.array(list(finite.values())), n_bins).tolist())) if finite else {}
     D = np.stack([delta[singles[g]] for g in names])  # [S, d]
     rows = []
-    for lab, (a, b) in tqdm(evaluable.items(), disable=not settings.show_progress, desc="doubles"):
+    for lab, (a, b) in progress_bar(evaluable.items(), desc="doubles"):
         obs = float(cosine(delta[lab], delta[singles[a]] + delta[singles[b]]))
         ia, ib, radius = random_pairs(a, b, names, bins, n_random, rng)
         null = cosine(delta[lab][None, :], D[ia] + D[ib])

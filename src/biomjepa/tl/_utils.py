@@ -59,6 +59,23 @@ def mapped_modality(adata, mod: str | None, token_key: str = TOKEN_KEY):
     return target
 
 
+def mapped_source(adata, mod: str | None, *, layer: str | None, use_raw: bool, token_key: str = TOKEN_KEY):
+    """``(target, source)``: the AnnData a tool writes into, and what it reads counts from.
+
+    ``source`` is ``target`` or, for ``use_raw=True``, its ``.raw``
+    (:class:`~biomjepa.data.anndata_source.RawCounts`), checked for ``bj.pp.map_vocab``'s column.
+    """
+    from ..data.anndata_source import counts_view, get_modality, token_column
+
+    target = get_modality(adata, mod)
+    source = counts_view(target, layer=layer, use_raw=use_raw)
+    if source is target:
+        mapped_modality(adata, mod, token_key)  # its errors name the MuData modalities that are mapped
+    else:
+        token_column(source, token_key)
+    return target, source
+
+
 def labels_or_drop(adata, key: str, *, what: str) -> tuple[np.ndarray, np.ndarray]:
     """``obs[key]`` as strings and the mask of cells that have a label; warns how many are dropped.
 
