@@ -35,19 +35,28 @@ def main() -> None:
     p.add_argument("--csv", default="pretrain_curves_v0.3.csv")
     p.add_argument("--probe", default=None, help="a run's probe.csv (steps × readouts)")
     p.add_argument("--cells-per-step", type=int, default=64)
+    p.add_argument("--pooling", default="centred_wmean_max", help="readout of the exported states to draw")
+    p.add_argument("--reference", default="model_card_v0.2_valchem.csv",
+                   help="model_card_eval CSV under results/ whose non-PCA rep is drawn as a dotted line ('' for none)")
     p.add_argument("--out", default="docs/figures/pretrain_curves_v0.3.png")
     args = p.parse_args()
     df = pd.read_csv(RESULTS / args.csv)
+    df = df[(df["rep"] != "model") | (df["pooling"] == args.pooling)]
+    ref = pd.read_csv(RESULTS / args.reference) if args.reference else None
     probe = pd.read_csv(args.probe) if args.probe else None
     fig, axes = plt.subplots(2, 3, figsize=(12, 6.5))
     for ax, (cells, metric, title) in zip(axes.ravel(), PANELS):
         sub = df[(df["cells"] == cells) & (df["metric"] == metric)]
         model = sub[sub["rep"] == "model"].sort_values("presentations")
-        ax.plot(model["presentations"], model["value"], "o-", color="C0",
-                label=f"BioM-JEPA ({model['pooling'].iloc[0] if len(model) else ''}, standardized)")
+        ax.plot(model["presentations"], model["value"], "o-", color="C0", label=f"v0.3 run ({args.pooling}, standardized)")
         pca = sub[sub["rep"] == "X_pca50"]["value"]
         if len(pca):
             ax.axhline(float(pca.iloc[0]), ls="--", color="k", label="PCA-50")
+        if ref is not None:
+            r = ref[(ref["cells"] == cells) & (ref["metric"] == metric) & (ref["rep"] != "X_pca50")
+                    & ref["setting"].isin(set(sub["setting"]))]
+            if len(r):
+                ax.axhline(float(r["mean"].iloc[0]), ls=":", color="C3", label=f"{r['rep'].iloc[0][2:]} (shipped)")
         if probe is not None and metric in PROBE:
             for i, (kind, g) in enumerate(probe.groupby("pooling")):
                 ax.plot(g["step"] * args.cells_per_step, g[PROBE[metric]], ".-", lw=0.8, alpha=0.6, color=f"C{i + 1}",
