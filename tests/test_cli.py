@@ -192,3 +192,20 @@ def test_embed_output_never_follows_a_planted_symlink(counts_adata, tiny_checkpo
     umask = os.umask(0o022)
     os.umask(umask)
     assert (shared / "out.h5ad").stat().st_mode & 0o777 == 0o666 & ~umask  # not the temporary file's 0600
+
+
+def test_embed_reads_lognormalized_input(counts_adata, tiny_checkpoint, tmp_path):
+    import anndata as ad
+    from scipy import sparse
+
+    X = counts_adata.X.toarray().astype(np.float64)
+    counts_adata.write_h5ad(tmp_path / "counts.h5ad")
+    counts_adata.obs["total_counts"] = X.sum(axis=1)
+    counts_adata.X = sparse.csr_matrix(np.log1p(1e4 * X / X.sum(axis=1, keepdims=True)))
+    counts_adata.write_h5ad(tmp_path / "ln.h5ad")
+    args = ["--checkpoint", tiny_checkpoint, "--device", "cpu"]
+    assert main(["embed", str(tmp_path / "counts.h5ad"), str(tmp_path / "a.h5ad"), *args]) == 0
+    assert main(["embed", str(tmp_path / "ln.h5ad"), str(tmp_path / "b.h5ad"), "--input", "lognorm",
+                 "--library-size-key", "total_counts", *args]) == 0
+    a, b = ad.read_h5ad(tmp_path / "a.h5ad"), ad.read_h5ad(tmp_path / "b.h5ad")
+    np.testing.assert_array_equal(a.obsm["X_biomjepa"], b.obsm["X_biomjepa"])

@@ -36,7 +36,8 @@ def _embed(args: argparse.Namespace) -> None:
     bj.pp.map_vocab(adata, gene_key=args.gene_key, layer=args.layer, species=args.species, id_type=args.id_type)
     rep = adata.uns["biomjepa"]["vocab"]
     print(f"mapped {rep['n_matched']}/{rep['n_vars']} genes; {rep['count_fraction']:.1%} of counts kept")
-    bj.tl.embed(adata, checkpoint=args.checkpoint, layer=args.layer, batch_size=args.batch_size, device=args.device)
+    bj.tl.embed(adata, checkpoint=args.checkpoint, layer=args.layer, batch_size=args.batch_size, device=args.device,
+                input=args.input_kind, library_size_key=args.library_size_key)
     write_h5ad_atomic(adata, args.output)
     print(f"wrote obsm['X_biomjepa'] {adata.obsm['X_biomjepa'].shape} to {args.output}")
 
@@ -95,13 +96,18 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("embed", help="map genes and embed an .h5ad of raw counts", epilog=_EPILOG,
                        description="Map the genes of INPUT onto the vocabulary (bj.pp.map_vocab), embed every cell "
                        "(bj.tl.embed) and write INPUT plus var['biomjepa_token'], uns['biomjepa'] and "
-                       "obsm['X_biomjepa'] to OUTPUT. INPUT must hold raw integer counts (in X or --layer).")
+                       "obsm['X_biomjepa'] to OUTPUT. INPUT must hold raw integer counts (in X or --layer), or log1p(normalize_total) values with --input lognorm.")
     e.add_argument("input", type=h5ad_file, help="input .h5ad with raw counts")
     e.add_argument("output", type=output_file,
                    help="output .h5ad (input + obsm['X_biomjepa']); replaced only once fully written, so it may "
                    "be INPUT itself")
     e.add_argument("--checkpoint", default=None, help=_CHECKPOINT_HELP)
     e.add_argument("--layer", default=None, help="layer holding raw counts (default: X)")
+    e.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "lognorm"],
+                   help="counts: raw integer counts; lognorm: log1p(normalize_total) values of every gene, checked "
+                   "and read as the counts they came from (default: counts)")
+    e.add_argument("--library-size-key", default=None, metavar="OBS_COLUMN",
+                   help="with --input lognorm: obs column of total counts per cell (default: estimated, with a warning)")
     e.add_argument("--gene-key", default=None, help="var column with gene symbols / Ensembl / Entrez ids (default: var_names)")
     e.add_argument("--id-type", default="auto", choices=["auto", "entrez"],
                    help="auto: all-digit gene names are ambiguous and left unmapped; entrez: they are Entrez gene ids "

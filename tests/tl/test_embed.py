@@ -234,3 +234,58 @@ def test_auto_threads_counts_the_cores_others_leave_idle(monkeypatch):
         assert _device.auto_threads(2, window=0.0) == want, busy_share
     monkeypatch.setattr(_device, "_cpu_ticks", lambda: None)  # no /proc/stat: torch's own count
     assert _device.auto_threads(3, window=0.0) == 3
+
+
+def _lognormalized(a):
+    """``log1p(normalize_total(1e4))`` of ``a``'s counts, with ``obs['total_counts']``."""
+    b = a.copy()
+    X = b.X.toarray().astype(np.float64)
+    b.obs["total_counts"] = X.sum(axis=1)
+    b.X = sparse.csr_matrix(np.log1p(1e4 * X / X.sum(axis=1, keepdims=True)).astype(np.float32))
+    return b
+
+
+def test_lognorm_input_embeds_like_the_counts_everywhere(mapped, tiny_checkpoint, tmp_path):
+    """In memory, backed, lazy (dask) and MuData: the embedding of the raw counts, input left unchanged."""
+    ref = bj.tl.embed(mapped, checkpoint=tiny_checkpoint, copy=True).obsm["X_biomjepa"]
+    b = _lognormalized(mapped)
+    X_before = b.X.copy()
+    out = bj.tl.embed(b, checkpoint=tiny_checkpoint, input="lognorm", library_size_key="total_counts", copy=True)
+    np.testing.assert_array_equal(out.obsm["X_biomjepa"], ref)
+    p = out.uns["biomjepa"]["params"]
+    assert p["input"] == "lognorm" and p["library_size_key"] == "total_counts" and p["target_sum"] == pytest.approx(1e4)
+    np.testing.assert_array_equal(b.X.toarray(), X_before.toarray())
+    assert "X_biomjepa" not in b.obsm
+    with pytest.warns(UserWarning, match="estimated"):
+        bj.tl.embed(b, checkpoint=tiny_checkpoint, input="lognorm")
+    np.testing.assert_array_equal(b.obsm["X_biomjepa"], ref)
+    b.write_h5ad(tmp_path / "ln.h5ad")
+    backed = ad.read_h5ad(tmp_path / "ln.h5ad", backed="r")
+    bj.tl.embed(backed, checkpoint=tiny_checkpoint, input="lognorm", library_size_key="total_counts")
+    np.testing.assert_array_equal(backed.obsm["X_biomjepa"], ref)
+    backed.file.close()
+    pytest.importorskip("dask")
+    lazy = ad.experimental.read_lazy(tmp_path / "ln.h5ad")
+    bj.tl.embed(lazy, checkpoint=tiny_checkpoint, input="lognorm", library_size_key="total_counts")
+    np.testing.assert_array_equal(lazy.obsm["X_biomjepa"], ref)
+    mudata = pytest.importorskip("mudata")
+    md = mudata.MuData({"rna": _lognormalized(mapped)})
+    bj.tl.embed(md, checkpoint=tiny_checkpoint, input="lognorm", library_size_key="total_counts")
+    np.testing.assert_array_equal(md.mod["rna"].obsm["X_biomjepa"], ref)
+
+
+def test_lognorm_input_errors_leave_adata_unchanged(mapped, tiny_checkpoint):
+    b = _lognormalized(mapped)
+    X = b.X.toarray()
+    with pytest.raises(ValueError, match=r"does not look like raw counts.*pass input='lognorm'.*library_size_key="):
+        bj.tl.embed(b, checkpoint=tiny_checkpoint)  # counts expected by default
+    with pytest.raises(ValueError, match=r"input='lognormal' is not an input kind"):
+        bj.tl.embed(b, checkpoint=tiny_checkpoint, input="lognormal")
+    with pytest.raises(KeyError, match=r"library_size_key='n_counts' is not a column of adata\.obs"):
+        bj.tl.embed(b, checkpoint=tiny_checkpoint, input="lognorm", library_size_key="n_counts")
+    z = b.copy()
+    z.X = sparse.csr_matrix(X - X.mean(axis=0))
+    with pytest.raises(ValueError, match="scaled or z-scored"):
+        bj.tl.embed(z, checkpoint=tiny_checkpoint, input="lognorm", library_size_key="total_counts")
+    np.testing.assert_array_equal(b.X.toarray(), X)
+    assert "X_biomjepa" not in b.obsm and "X_biomjepa" not in z.obsm and "params" not in z.uns["biomjepa"]

@@ -89,3 +89,21 @@ def test_top_expressed_baseline_recorded(mapped, tiny_checkpoint):
     np.testing.assert_allclose(B.sum(axis=1), 1.0)
     cells = gather(mapped, np.arange(mapped.n_obs))
     assert len(top_expressed(cells)) == mapped.n_obs
+
+
+def test_lognorm_and_raw_inputs_give_the_winners_of_the_counts(mapped, tiny_checkpoint):
+    """``input="lognorm"`` and ``use_raw=True`` reach max_token through the same reader as tl.embed."""
+    import anndata as ad
+    from scipy import sparse
+
+    want = max_token(mapped, checkpoint=tiny_checkpoint, copy=True).obs["max_token_gene"]
+    b = mapped.copy()
+    X = b.X.toarray().astype(np.float64)
+    b.obs["total_counts"] = X.sum(axis=1)
+    b.X = sparse.csr_matrix(np.log1p(1e4 * X / X.sum(axis=1, keepdims=True)))
+    got = max_token(b, checkpoint=tiny_checkpoint, input="lognorm", library_size_key="total_counts", copy=True)
+    assert got.obs["max_token_gene"].tolist() == want.tolist()
+    b.raw = ad.AnnData(sparse.csr_matrix(X), var=mapped.var.copy())
+    got = max_token(b, checkpoint=tiny_checkpoint, use_raw=True, copy=True)
+    assert got.obs["max_token_gene"].tolist() == want.tolist()
+    assert got.uns["max_token"]["params"]["layer"] == "raw.X"

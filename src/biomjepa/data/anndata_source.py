@@ -57,23 +57,64 @@ class RawCounts:
         return self._adata.raw.n_vars
 
 
-def counts_view(adata, *, layer: str | None = None, use_raw: bool = False):
-    """``adata`` itself, or its ``.raw`` as a :class:`RawCounts` when ``use_raw=True``; clear errors otherwise."""
+def counts_view(
+    adata,
+    *,
+    layer: str | None = None,
+    use_raw: bool = False,
+    input: str = "counts",
+    library_size_key: str | None = None,
+):
+    """What the readers read: ``adata``, its ``.raw`` (:class:`RawCounts`, ``use_raw=True``), or either seen
+    through :class:`~biomjepa.data.lognorm.LogNormalized` (``input="lognorm"``); clear errors otherwise."""
     if not isinstance(use_raw, bool):
         raise TypeError(f"use_raw must be True or False, got {use_raw!r}.")
-    if not use_raw:
-        return adata
-    if layer is not None:
+    if input not in ("counts", "lognorm"):
+        raise ValueError(f"input={input!r} is not an input kind; use 'counts' (raw counts) or 'lognorm' "
+                         "(log1p(normalize_total) values).")
+    if library_size_key is not None and input != "lognorm":
+        raise ValueError(f"library_size_key={library_size_key!r} is only used with input='lognorm' (raw counts "
+                         "carry their library sizes); drop it or pass input='lognorm'.")
+    source = adata
+    if use_raw:
+        if layer is not None:
+            raise ValueError(
+                f"use_raw=True reads adata.raw.X and cannot be combined with layer={layer!r}: pass either "
+                "use_raw=True or layer=, not both."
+            )
+        if getattr(adata, "raw", None) is None:
+            raise ValueError(
+                "use_raw=True, but adata.raw is None (no .raw was kept). Pass use_raw=False and, if the counts "
+                "are in a layer, layer= naming it."
+            )
+        source = RawCounts(adata)
+    if input == "counts":
+        return source
+    from .lognorm import LogNormalized, estimate_warning
+
+    if library_size_key is None:
+        estimate_warning()
+        return LogNormalized(source, None, None)
+    return LogNormalized(source, library_sizes(adata, library_size_key), library_size_key)
+
+
+def library_sizes(adata, key: str) -> np.ndarray:
+    """``obs[key]`` as positive, finite float64 library sizes, or an error naming ``library_size_key``."""
+    import pandas as pd
+
+    if key not in adata.obs:
+        numeric = [c for c in adata.obs.columns if pd.api.types.is_numeric_dtype(adata.obs[c])]
+        raise KeyError(f"library_size_key={key!r} is not a column of adata.obs (numeric columns: {numeric}).")
+    values = np.asarray(adata.obs[key])
+    if not np.issubdtype(values.dtype, np.number) or np.issubdtype(values.dtype, np.bool_):
+        raise ValueError(f"library_size_key={key!r}: obs[{key!r}] must hold numbers (total counts per cell).")
+    values = values.astype(np.float64)
+    if not (np.isfinite(values).all() and (values > 0).all()):
         raise ValueError(
-            f"use_raw=True reads adata.raw.X and cannot be combined with layer={layer!r}: pass either "
-            "use_raw=True or layer=, not both."
+            f"library_size_key={key!r}: obs[{key!r}] must be a positive, finite total count for every cell "
+            f"({int((~np.isfinite(values) | (values <= 0)).sum())} cells are not)."
         )
-    if getattr(adata, "raw", None) is None:
-        raise ValueError(
-            "use_raw=True, but adata.raw is None (no .raw was kept). Pass use_raw=False and, if the counts are "
-            "in a layer, layer= naming it."
-        )
-    return RawCounts(adata)
+    return values
 
 
 def write_joint_obsm(data, mod: str | None, key: str, values: np.ndarray) -> None:

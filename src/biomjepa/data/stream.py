@@ -28,6 +28,7 @@ from scipy import sparse
 
 from .._keys import TOKEN_KEY
 from .anndata_source import RawCounts, token_column
+from .lognorm import LogNormalized
 from .tokenize import TokenizedCells, check_counts, concat_cells, to_vocab_counts, tokenize
 
 CHUNK = 4096
@@ -62,6 +63,12 @@ def _raw_hint(adata) -> str:
         " adata.raw.X does hold raw counts (scanpy's habit of keeping them in .raw): pass use_raw=True, after "
         "mapping its genes with `bj.pp.map_vocab(adata, use_raw=True)`."
     )
+
+
+_LOGNORM_HINT = (
+    " If it holds log1p(normalize_total) values (sc.pp.normalize_total + sc.pp.log1p), pass input='lognorm', "
+    "with library_size_key= naming an obs column of total counts if there is one."
+)
 
 
 def _is_dask(X) -> bool:
@@ -123,8 +130,9 @@ def iter_vocab_counts(
 
     Every stored value of every block is checked (:func:`~biomjepa.data.tokenize.check_counts`);
     ``totals`` are library sizes over all input genes, mapped or not. ``adata`` may be a
-    :class:`~biomjepa.data.anndata_source.RawCounts` (``use_raw=True``); a refused matrix's error points
-    at ``use_raw=True`` when ``adata.raw`` holds counts. ``token`` (``[n_vars]``
+    :class:`~biomjepa.data.anndata_source.RawCounts` (``use_raw=True``) or a
+    :class:`~biomjepa.data.lognorm.LogNormalized` (``input="lognorm"``, whose counts are checked as they
+    are made); a refused matrix's error points at ``use_raw=True`` when ``adata.raw`` holds counts. ``token`` (``[n_vars]``
     vocabulary index, −1 unmapped) replaces ``var[token_key]`` for callers that map genes
     themselves (the coexpression graph over unmapped files); ``where`` names the matrix in errors
     (default ``X`` / ``layers[...]``; corpus preparation adds the file name).
@@ -133,12 +141,15 @@ def iter_vocab_counts(
 
     token = token_column(adata, token_key) if token is None else np.asarray(token, dtype=np.int64)
     V = vocab_size or Vocab.default().size
+    tool = where is None  # a tl tool, which also takes input="lognorm" (corpus preparation does not)
     where = where or where_label(layer, adata)
     for rows, block in iter_counts(adata, layer=layer, chunk=chunk, start=start, stop=stop):
-        try:
-            check_counts(block, where=where)
-        except ValueError as err:
-            raise ValueError(f"{err}{_raw_hint(adata)}") from None
+        if not isinstance(adata, LogNormalized):  # its pseudo-counts are checked as they are made
+            try:
+                check_counts(block, where=where)
+            except ValueError as err:
+                hint = _raw_hint(adata) or (_LOGNORM_HINT if tool and "not look like raw counts" in str(err) else "")
+                raise ValueError(f"{err}{hint}") from None
         counts, totals = to_vocab_counts(block, token, V)
         yield rows, counts, totals
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -46,6 +46,8 @@ def ablate_programme(
     graph=None,
     layer: str | None = None,
     use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
     n_bins: int = 10,
     batch_size: int | None = None,
     device: str = "auto",
@@ -102,6 +104,9 @@ def ablate_programme(
     use_raw
         Read the counts from ``adata.raw`` (scanpy's convention; genes mapped with
         ``bj.pp.map_vocab(adata, use_raw=True)``), as in :func:`biomjepa.tl.embed`. Not with ``layer``.
+    input, library_size_key
+        ``input="lognorm"`` reads ``log1p(normalize_total)`` values instead of raw counts, with library
+        sizes from ``obs[library_size_key]`` or estimated, as in :func:`biomjepa.tl.embed`.
     n_bins
         Quantile bins per axis (mean expression, detection frequency) of the null grid.
     batch_size
@@ -147,7 +152,9 @@ def ablate_programme(
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
     adata = adata.copy() if copy else adata
-    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, token_key=TOKEN_KEY)
+    target, source = mapped_source(
+        adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
+    )
     if target.n_obs == 0:
         raise ValueError("adata has no cells.")
     programmes = _resolve_programmes(programme, graph)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -25,6 +25,8 @@ def embed(
     checkpoint: str | None = None,
     layer: str | None = None,
     use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
     batch_size: int | None = None,
     device: str = "auto",
     mod: str | None = None,
@@ -55,6 +57,16 @@ def embed(
         Read the counts from ``adata.raw`` (scanpy's convention; its genes mapped first with
         ``bj.pp.map_vocab(adata, use_raw=True)``), e.g. when ``X`` holds log-normalized values of a
         subset of genes. Not together with ``layer``.
+    input
+        ``"counts"`` (default): raw integer counts. ``"lognorm"``: ``log1p(normalize_total(target_sum=T))``
+        values of every gene (``sc.pp.normalize_total`` + ``sc.pp.log1p``, any ``T``), the only form many
+        public datasets ship. They are checked (one ``T`` from the ``expm1`` row sums; ``expm1(x) · L / T``
+        must be integer counts) and read as those counts, so the model sees the same input; scaled or
+        z-scored values are refused. Backed, lazy and MuData input work as for counts.
+    library_size_key
+        With ``input="lognorm"``: ``obs`` column of library sizes (total counts over all genes, e.g.
+        ``"total_counts"``) for the library-size token. Without it they are estimated from the data,
+        with a warning (see :mod:`biomjepa.data.lognorm`).
     batch_size
         Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
         also capped at ``bj.settings.max_batch_tokens`` tokens.
@@ -76,7 +88,8 @@ def embed(
         float32 ``[n_obs, 2·d_model]`` embedding (1,536 for the base model).
     ``.uns["biomjepa"]["params"]``
         checkpoint name and sha256, vocab hash, device, dtype, pooling, the matrix read (``layer``:
-        ``"X"``, a layer name or ``"raw.X"``), genes used per cell.
+        ``"X"``, a layer name or ``"raw.X"``), ``input`` (with ``"lognorm"``: ``library_size_key`` or
+        ``"estimated"``, and the recovered ``target_sum``), genes used per cell.
 
     For a MuData, both are written to ``.mod[mod]`` (where ``sc.pp.neighbors(mdata[mod],
     use_rep="X_biomjepa")`` and muon's WNN look for them), and ``.obsm["X_biomjepa"]`` of the
@@ -89,7 +102,9 @@ def embed(
     check_copy(adata, copy)
     adata = adata.copy() if copy else adata
     # fail early, before loading a model
-    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, token_key=TOKEN_KEY)
+    target, source = mapped_source(
+        adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
+    )
     if target.n_obs == 0:
         raise ValueError("adata has no cells to embed.")
     dev = resolve_device(device)
@@ -100,6 +115,10 @@ def embed(
     write_joint_obsm(adata, mod, key, Z)
     uns = target.uns.setdefault(UNS_KEY if key_added is None else key_added, {})
     uns["params"] = _params(model, dev, "raw.X" if use_raw else layer, bs, n_genes)
+    uns["params"]["input"] = input
+    if input == "lognorm":
+        uns["params"]["library_size_key"] = library_size_key or "estimated"
+        uns["params"]["target_sum"] = source.target_sum
     return adata if copy else None
 
 

@@ -13,7 +13,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -39,6 +39,8 @@ def finetune(
     checkpoint: str | None = None,
     layer: str | None = None,
     use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
     train_frac: float = 0.6,
     valid_frac: float = 0.2,
     epochs: int = 1,
@@ -83,6 +85,9 @@ def finetune(
     use_raw
         Read the counts from ``adata.raw`` (scanpy's convention; genes mapped with
         ``bj.pp.map_vocab(adata, use_raw=True)``), as in :func:`biomjepa.tl.embed`. Not with ``layer``.
+    input, library_size_key
+        ``input="lognorm"`` reads ``log1p(normalize_total)`` values instead of raw counts, with library
+        sizes from ``obs[library_size_key]`` or estimated, as in :func:`biomjepa.tl.embed`.
     train_frac, valid_frac
         Fractions of each class for training and validation; the test split gets the rest
         (``1 - train_frac - valid_frac``, may be 0). Split sizes are rounded up for the
@@ -140,7 +145,9 @@ def finetune(
     adata = adata.copy() if copy else adata
     codes, classes = _labels(get_modality(adata, mod), label_key)
     # fail early, before loading a model
-    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, token_key=TOKEN_KEY)
+    target, source = mapped_source(
+        adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
+    )
     split = stratified_split(codes, train_frac, valid_frac, random_state)
     dev = resolve_device(device)
     base = load_model(checkpoint)

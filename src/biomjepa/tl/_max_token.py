@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -88,6 +88,8 @@ def max_token(
     checkpoint: str | None = None,
     layer: str | None = None,
     use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
     batch_size: int | None = None,
     device: str = "auto",
     mod: str | None = None,
@@ -119,6 +121,9 @@ def max_token(
     use_raw
         Read the counts from ``adata.raw`` (scanpy's convention; genes mapped with
         ``bj.pp.map_vocab(adata, use_raw=True)``), as in :func:`biomjepa.tl.embed`. Not with ``layer``.
+    input, library_size_key
+        ``input="lognorm"`` reads ``log1p(normalize_total)`` values instead of raw counts, with library
+        sizes from ``obs[library_size_key]`` or estimated, as in :func:`biomjepa.tl.embed`.
     batch_size
         Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
         also capped at ``bj.settings.max_batch_tokens`` tokens.
@@ -157,7 +162,9 @@ def max_token(
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
     adata = adata.copy() if copy else adata
-    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, token_key=TOKEN_KEY)
+    target, source = mapped_source(
+        adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
+    )
     if target.n_obs == 0:
         raise ValueError("adata has no cells.")
     if groupby is not None and groupby not in target.obs:

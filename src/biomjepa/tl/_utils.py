@@ -59,20 +59,31 @@ def mapped_modality(adata, mod: str | None, token_key: str = TOKEN_KEY):
     return target
 
 
-def mapped_source(adata, mod: str | None, *, layer: str | None, use_raw: bool, token_key: str = TOKEN_KEY):
+def mapped_source(
+    adata,
+    mod: str | None,
+    *,
+    layer: str | None,
+    use_raw: bool,
+    input: str = "counts",
+    library_size_key: str | None = None,
+    token_key: str = TOKEN_KEY,
+):
     """``(target, source)``: the AnnData a tool writes into, and what it reads counts from.
 
-    ``source`` is ``target`` or, for ``use_raw=True``, its ``.raw``
-    (:class:`~biomjepa.data.anndata_source.RawCounts`), checked for ``bj.pp.map_vocab``'s column.
+    ``source`` is ``target``, its ``.raw`` (``use_raw=True``,
+    :class:`~biomjepa.data.anndata_source.RawCounts`), or either read as log-normalized values
+    (``input="lognorm"``, :class:`~biomjepa.data.lognorm.LogNormalized`); checked for ``bj.pp.map_vocab``'s
+    column.
     """
     from ..data.anndata_source import counts_view, get_modality, token_column
 
     target = get_modality(adata, mod)
-    source = counts_view(target, layer=layer, use_raw=use_raw)
-    if source is target:
-        mapped_modality(adata, mod, token_key)  # its errors name the MuData modalities that are mapped
-    else:
+    source = counts_view(target, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
+    if use_raw:
         token_column(source, token_key)
+    else:
+        mapped_modality(adata, mod, token_key)  # its errors name the MuData modalities that are mapped
     return target, source
 
 
