@@ -167,7 +167,7 @@ def test_help_exits_0(command, capsys):
 
 
 def test_train_presets_match_the_training_code():
-    from biomjepa._cli_types import TRAIN_PRESETS
+    from biomjepa.cli.types import TRAIN_PRESETS
     from biomjepa.train.config import PRESETS
 
     assert tuple(TRAIN_PRESETS) == tuple(PRESETS)

@@ -32,7 +32,7 @@ def test_plot(blobs):
 
 
 def test_cli(blobs, tmp_path):
-    from biomjepa.cli_bench import add_bench_parser
+    from biomjepa.cli.bench import add_bench_parser
 
     path = tmp_path / "toy.h5ad"
     blobs.write_h5ad(path)

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from .._cli_types import positive_int
+from ..cli.types import positive_int
 
 DESCRIPTION = """\
 Embed the cells of one or many .h5ad files of raw counts (paths or quoted globs; large files are read

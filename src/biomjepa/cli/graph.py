@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._cli_types import corpus_file, existing_file, non_negative_int, positive_int
+from .types import corpus_file, existing_file, non_negative_int, positive_int
 
 DESCRIPTION = """\
 Build the gene graph of BioM-JEPA pretraining for a corpus of .h5ad files of raw counts: STRING v12
@@ -100,11 +100,11 @@ def run_graph(args: argparse.Namespace) -> dict[str, Path]:
     if (args.string_links is None) != (args.string_info is None) or (args.string_aliases and not args.string_links):
         _usage_error(args, "--string-links and --string-info must be given together (--string-aliases only with both)")
 
-    from .data.shards import Corpus
-    from .data.vocab import Vocab
-    from .train import prepare_corpus
-    from .train.corpus_graph import build_corpus_graph, graph_params
-    from .train.graph import format_stats
+    from ..data.shards import Corpus
+    from ..data.vocab import Vocab
+    from ..train import prepare_corpus
+    from ..train.corpus_graph import build_corpus_graph, graph_params
+    from ..train.graph import format_stats
 
     out = Path(args.out)
     cache = Path(args.cache) if args.cache else out / "corpus"

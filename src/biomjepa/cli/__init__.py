@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 
-from ._cli_types import TRAIN_PRESETS, h5ad_file, output_file, positive_int, train_config
+from .types import TRAIN_PRESETS, h5ad_file, output_file, positive_int, train_config
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -18,7 +18,7 @@ def _demo(args: argparse.Namespace) -> None:
 
     import biomjepa as bj
 
-    from ._demo import run_demo
+    from .._demo import run_demo
 
     t0 = time.perf_counter()
     out = run_demo(args.out, checkpoint=args.checkpoint, batch_size=args.batch_size, device=args.device)
@@ -45,14 +45,14 @@ def _embed(args: argparse.Namespace) -> None:
 def write_h5ad_atomic(adata, output: str) -> None:
     """Write to a temporary file next to ``output`` and rename it: an interrupted write (kill, full
     disk) leaves ``output``, which may be the input file itself, as it was."""
-    from ._files import atomic_path
+    from .._files import atomic_path
 
     with atomic_path(output, suffix=".h5ad") as tmp:  # a random name, created exclusively
         adata.write_h5ad(tmp)
 
 
 def _train(args: argparse.Namespace) -> None:
-    from .train.__main__ import main as train_main
+    from ..train.__main__ import main as train_main
 
     overrides = [arg for s in args.set or [] for arg in ("--set", s)]
     export = ["--export", args.export] if args.export else []
@@ -135,11 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace DIR when it already holds a checkpoint (refused otherwise, before training)")
     t.set_defaults(func=_train)
 
-    from .cli_graph import add_graph_parser
+    from .graph import add_graph_parser
 
     add_graph_parser(sub)
     try:
-        from .cli_bench import add_bench_parser
+        from .bench import add_bench_parser
 
         add_bench_parser(sub)
     except ImportError:  # pragma: no cover - bench extras not installed
@@ -149,8 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``biomjepa`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code (usage errors exit 2)."""
-    from .embed.cli import atlas_argv
-    from .embed.cli import main as atlas_main
+    from ..embed.cli import atlas_argv
+    from ..embed.cli import main as atlas_main
 
     atlas = atlas_argv(sys.argv[1:] if argv is None else list(argv))  # `embed IN... --store OUT.zarr`
     if atlas is not None:

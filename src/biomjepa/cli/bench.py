@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._cli_types import existing_file
+from .types import existing_file
 
 TASKS = ("annotation", "clustering", "reconstruction", "perturbation", "geometry")
 
@@ -67,8 +67,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Path]:
     mpl.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .bench import run, summarize
-    from .pl._bench import bench as plot_bench
+    from ..bench import run, summarize
+    from ..pl._bench import bench as plot_bench
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     adata = ad.read_h5ad(args.input)
