@@ -12,7 +12,7 @@ import pytest
 def test_run_demo_clusters_with_leiden(tmp_path, tiny_checkpoint, capsys):
     from matplotlib.image import imread
 
-    from biomjepa._demo import run_demo
+    from biomjepa.cli.demo import run_demo
 
     out = run_demo(tmp_path, checkpoint=tiny_checkpoint, device="cpu")
     assert re.search(r"\d+ Leiden clusters, ARI vs cell type -?\d\.\d\d$", out["message"]), out["message"]

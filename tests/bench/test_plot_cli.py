@@ -19,7 +19,7 @@ def _agg():
 def test_plot(blobs):
     import matplotlib.pyplot as plt
 
-    from biomjepa.pl._bench import bench as plot_bench
+    from biomjepa.pl import bench as plot_bench
 
     df = bench.annotation(blobs, label_key="cell_type", use_reps=["X_emb", "X_noise"], shots=(1, 5), seeds=(42, 43))
     ax = plot_bench(df)

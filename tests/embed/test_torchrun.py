@@ -138,7 +138,7 @@ def test_usage_errors_before_any_work(atlas_cli, tmp_path, atlas_inputs):
 
 
 def test_atlas_argv():
-    from biomjepa.embed.cli import atlas_argv
+    from biomjepa.cli.atlas import atlas_argv
 
     assert atlas_argv(["embed", "a.h5ad", "b.h5ad", "--store", "s.zarr"]) == ["a.h5ad", "b.h5ad", "--store", "s.zarr"]
     assert atlas_argv(["-v", "embed", "a.h5ad", "--store=s.zarr"]) == ["-v", "a.h5ad", "--store=s.zarr"]

@@ -68,7 +68,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Path]:
     import matplotlib.pyplot as plt
 
     from ..bench import run, summarize
-    from ..pl._bench import bench as plot_bench
+    from ..pl import bench as plot_bench
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     adata = ad.read_h5ad(args.input)

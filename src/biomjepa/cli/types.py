@@ -1,9 +1,16 @@
-"""Argument types shared by the ``biomjepa`` subcommands: a bad value is a usage error (exit code 2)."""
+"""Argument types and help texts shared by the ``biomjepa`` subcommands: a bad value is a usage error (exit code 2)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+CHECKPOINT_HELP = (
+    "registry name, checkpoint directory (config.json + model.safetensors) or URL#sha256=HEX "
+    "(default: bj.settings.checkpoint)"
+)
+DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N; CUDA without CUDA is an error (default: auto)"
+EPILOG = "exit codes: 0 success, 1 error while running (message on stderr), 2 usage error (bad arguments, missing files)"
 
 #: Pretraining presets accepted by ``biomjepa train`` in place of a YAML file (= ``train.config.PRESETS``).
 TRAIN_PRESETS = ("tiny", "mini", "base")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
-from ..cli.types import positive_int
+from .errors import check_usage, run_command
+from .types import positive_int
 
 DESCRIPTION = """\
 Embed the cells of one or many .h5ad files of raw counts (paths or quoted globs; large files are read
@@ -31,7 +31,7 @@ missing or non-h5ad inputs, unwritable store)
 
 def build_parser(prog: str = "biomjepa embed") -> argparse.ArgumentParser:
     """The atlas embedding parser (``biomjepa embed ... --store`` and ``python -m biomjepa.embed``)."""
-    from .run import BLOCK_ROWS
+    from ..embed.run import BLOCK_ROWS
 
     p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,36 +68,43 @@ def atlas_argv(argv: list[str]) -> list[str] | None:
     return argv[:lead] + rest
 
 
+#: the library's argument names in messages -> this command's options
+ATLAS_FLAGS = {"overwrite=True": "--overwrite", "write_obsm=True": "--write-obsm", "store='": "--store '",
+               "block_rows": "--block-rows"}
+
+
 def main(argv: list[str] | None = None, prog: str = "biomjepa embed") -> int:
     """Run the atlas embedding on this rank; returns the exit code (usage errors exit 2)."""
-    from .inputs import resolve_inputs
-    from .run import check_store_path, dist_env, embed_atlas
+    from ..embed.inputs import resolve_inputs
+    from ..embed.run import check_store_path, dist_env
 
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:  # every input and the store are checked before a model is loaded
-        rank, world, _ = dist_env()
+
+    def check() -> None:  # every input and the store are checked before a model is loaded
+        dist_env()
         resolve_inputs(args.inputs, writable=args.write_obsm)
         check_store_path(args.store)
-    except (ValueError, OSError) as err:
-        parser.error(str(err))
+
+    check_usage(parser, check, flags=ATLAS_FLAGS)
     if args.verbose:
         from .._settings import settings
 
         settings.verbosity = 2
+    rank, world, _ = dist_env()
     who = f" (rank {rank}/{world})" if world > 1 else ""
-    try:
-        out = embed_atlas(args.inputs, args.store, checkpoint=args.checkpoint, block_rows=args.block_rows,
-                          batch_size=args.batch_size, device=args.device, layer=args.layer, gene_key=args.gene_key,
-                          species=args.species, id_type=args.id_type, write_obsm=args.write_obsm,
-                          overwrite=args.overwrite)
-    except (ValueError, KeyError, TypeError, RuntimeError, OSError) as err:
-        if args.verbose:
-            logging.getLogger("biomjepa").exception("traceback")
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"{prog}{who}: error: {message}", file=sys.stderr)
-        return 1
+    return run_command(lambda: run_atlas(args), prog=f"{prog}{who}", verbose=args.verbose, flags=ATLAS_FLAGS)
+
+
+def run_atlas(args: argparse.Namespace) -> None:
+    """Embed ``args.inputs`` into ``args.store`` on this rank (:func:`biomjepa.embed.embed_atlas`), print a summary."""
+    from ..embed.run import embed_atlas
+
+    out = embed_atlas(args.inputs, args.store, checkpoint=args.checkpoint, block_rows=args.block_rows,
+                      batch_size=args.batch_size, device=args.device, layer=args.layer, gene_key=args.gene_key,
+                      species=args.species, id_type=args.id_type, write_obsm=args.write_obsm,
+                      overwrite=args.overwrite)
     print(f"rank {out['rank']}/{out['world']}: embedded {out['blocks']} blocks, {out['cells']} cells in "
           f"{out['seconds']:.1f} s ({out['cells_per_s']:.1f} cells/s), peak RSS {out['peak_rss_mib']:.0f} MiB")
     if out.get("repaired"):
@@ -105,4 +112,3 @@ def main(argv: list[str] | None = None, prog: str = "biomjepa embed") -> int:
         print(f"{args.store}: repaired {len(out['repaired'])} damaged block(s), embedded again: {listed}")
     if out["complete"]:
         print(f"{args.store}: complete, {out['n_obs']} cells" + (", obsm written into the inputs" if args.write_obsm else ""))
-    return 0

@@ -1,0 +1,74 @@
+"""``biomjepa embed INPUT OUTPUT``: map the genes of one .h5ad, embed every cell, write INPUT + obsm.
+
+``biomjepa embed INPUT... --store OUT.zarr`` (many files into a zarr store) is :mod:`biomjepa.cli.atlas`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .types import CHECKPOINT_HELP, DEVICE_HELP, EPILOG, h5ad_file, output_file, positive_int
+
+
+def add_embed_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``embed`` subcommand on an ``argparse`` subparsers object; its ``func`` is :func:`run_embed`."""
+    e = subparsers.add_parser(
+        "embed", help="map genes and embed an .h5ad of raw counts", epilog=EPILOG,
+        description="Map the genes of INPUT onto the vocabulary (bj.pp.map_vocab), embed every cell "
+        "(bj.tl.embed) and write INPUT plus var['biomjepa_token'], uns['biomjepa'] and "
+        "obsm['X_biomjepa'] to OUTPUT. INPUT must hold raw integer counts (in X or --layer), or "
+        "log1p(normalize_total) values with --input lognorm.")
+    e.add_argument("input", type=h5ad_file, help="input .h5ad with raw counts")
+    e.add_argument("output", type=output_file,
+                   help="output .h5ad (input + obsm['X_biomjepa']); replaced only once fully written, so it may "
+                   "be INPUT itself")
+    e.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
+    e.add_argument("--layer", default=None, help="layer holding raw counts (default: X)")
+    e.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "lognorm"],
+                   help="counts: raw integer counts; lognorm: log1p(normalize_total) values of every gene, checked "
+                   "and read as the counts they came from (default: counts)")
+    e.add_argument("--library-size-key", default=None, metavar="OBS_COLUMN",
+                   help="with --input lognorm: obs column of total counts per cell (default: estimated, with a warning)")
+    e.add_argument("--gene-key", default=None, help="var column with gene symbols / Ensembl / Entrez ids (default: var_names)")
+    e.add_argument("--id-type", default="auto", choices=["auto", "entrez"],
+                   help="auto: all-digit gene names are ambiguous and left unmapped; entrez: they are Entrez gene ids "
+                   "(default: auto)")
+    e.add_argument("--species", default="human", choices=["human", "mouse"],
+                   help="species of the gene identifiers; mouse maps through 1:1 orthologs (default: human)")
+    e.add_argument("--batch-size", type=positive_int, default=None, help="cells per forward pass (default: bj.settings.batch_size, 64)")
+    e.add_argument("--device", default="auto", help=DEVICE_HELP)
+    e.add_argument("--store", metavar="OUT.zarr", default=None,
+                   help="atlas mode: `biomjepa embed INPUT... --store OUT.zarr` embeds many .h5ad files (or globs) into "
+                   "a zarr store, resumably and on many processes; `biomjepa embed IN --store OUT.zarr --help` lists its options")
+    e.set_defaults(func=run_embed, flags=EMBED_FLAGS)
+    return e
+
+
+#: the library's argument names in messages -> this command's options
+EMBED_FLAGS = {"input='lognorm'": "--input lognorm", "library_size_key= ": "--library-size-key ",
+               "library_size_key=": "--library-size-key ", "library_size_key": "--library-size-key"}
+
+
+def run_embed(args: argparse.Namespace) -> None:
+    """Run ``biomjepa embed INPUT OUTPUT``: ``bj.pp.map_vocab``, ``bj.tl.embed``, then write OUTPUT atomically."""
+    import anndata as ad
+
+    import biomjepa as bj
+
+    adata = ad.read_h5ad(args.input)
+    bj.pp.map_vocab(adata, gene_key=args.gene_key, layer=args.layer, species=args.species, id_type=args.id_type)
+    rep = adata.uns["biomjepa"]["vocab"]
+    print(f"mapped {rep['n_matched']}/{rep['n_vars']} genes; {rep['count_fraction']:.1%} of counts kept")
+    bj.tl.embed(adata, checkpoint=args.checkpoint, layer=args.layer, batch_size=args.batch_size, device=args.device,
+                input=args.input_kind, library_size_key=args.library_size_key)
+    write_h5ad_atomic(adata, args.output)
+    print(f"wrote obsm['X_biomjepa'] {adata.obsm['X_biomjepa'].shape} to {args.output}")
+
+
+def write_h5ad_atomic(adata, output: str) -> None:
+    """Write to a temporary file next to ``output`` and rename it: an interrupted write (kill, full
+    disk) leaves ``output``, which may be the input file itself, as it was."""
+    from .._files import atomic_path
+
+    with atomic_path(output, suffix=".h5ad") as tmp:  # a random name, created exclusively
+        adata.write_h5ad(tmp)

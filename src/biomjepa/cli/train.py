@@ -1,0 +1,79 @@
+"""``biomjepa train CONFIG`` and ``python -m biomjepa.train CONFIG`` (or ``torchrun ... -m biomjepa.train``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from .errors import check_usage, run_command
+from .types import EPILOG, TRAIN_PRESETS, train_config
+
+#: the library's argument names in messages -> the options of both training commands
+TRAIN_FLAGS = {"overrides: ": "--set ", " in overrides;": " in --set;", "overwrite=True": "--export-overwrite"}
+
+
+def add_train_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``train`` subcommand on an ``argparse`` subparsers object; its ``func`` is :func:`run_train_command`."""
+    t = subparsers.add_parser(
+        "train", help="pretrain from a YAML config or preset (see biomjepa/configs)", epilog=EPILOG,
+        description="Pretrain BioM-JEPA (block-level JEPA) as `python -m biomjepa.train` does; a run "
+        "resumes from its latest checkpoint. For many GPUs use `torchrun --nproc_per_node=N -m "
+        "biomjepa.train CONFIG ...`. Prints the run directory.")
+    t.add_argument("config", type=train_config,
+                   help=f"YAML config file or preset name ({', '.join(TRAIN_PRESETS)}); see biomjepa/configs/*.yaml")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config key, value parsed as YAML, e.g. --set corpus=data/*.h5ad (repeatable)")
+    t.add_argument("--export", metavar="DIR", default=None,
+                   help="after training, export the teacher encoder as an inference checkpoint to DIR")
+    t.add_argument("--export-overwrite", action="store_true",
+                   help="replace DIR when it already holds a checkpoint (refused otherwise, before training)")
+    t.set_defaults(func=run_train_command, parser=t, flags=TRAIN_FLAGS)
+    return t
+
+
+def build_train_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m biomjepa.train``."""
+    parser = argparse.ArgumentParser(prog="python -m biomjepa.train", description="Pretrain BioM-JEPA.")
+    parser.add_argument("config", help="YAML config file or preset name (tiny, mini, base).")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="Override a config key (repeatable); values are parsed as YAML.")
+    parser.add_argument("--export", metavar="DIR", help="After training, export the teacher encoder to DIR.")
+    parser.add_argument("--export-overwrite", action="store_true",
+                        help="Replace DIR when it already holds a checkpoint (refused otherwise, before training).")
+    return parser
+
+
+def train_main(argv: list[str] | None = None) -> int:
+    """Run ``python -m biomjepa.train`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code
+    (usage errors exit 2). Errors are logged with their traceback (training logs at INFO level)."""
+    parser = build_train_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return run_command(lambda: run_train(parser, args.config, args.overrides, args.export, args.export_overwrite),
+                       prog=parser.prog, verbose=True, flags=TRAIN_FLAGS)
+
+
+def run_train_command(args: argparse.Namespace) -> None:
+    """Run ``biomjepa train``: :func:`run_train` with the subcommand's arguments."""
+    run_train(args.parser, args.config, args.set or [], args.export, args.export_overwrite)
+
+
+def run_train(parser: argparse.ArgumentParser, config: str, overrides: list[str], export_dir: str | None,
+              export_overwrite: bool) -> None:
+    """Pretrain from ``config`` + ``overrides``, export the teacher to ``export_dir`` (rank 0), print the run directory.
+
+    An ``export_dir`` that already holds a checkpoint, without ``export_overwrite``, is a usage error
+    (``parser.error``, exit code 2) raised before training, not after hours of it.
+    """
+    import os
+
+    from ..train import export, pretrain
+    from ..train.checkpoint import check_export_dir
+
+    if export_dir:
+        check_usage(parser, lambda: check_export_dir(export_dir, overwrite=export_overwrite),
+                    errors=(FileExistsError,), flags=TRAIN_FLAGS)
+    run_dir = pretrain(config, overrides)
+    if export_dir and int(os.environ.get("RANK", "0")) == 0:
+        export(run_dir, export_dir, overwrite=export_overwrite)
+    print(run_dir)
