@@ -229,7 +229,7 @@ def test_read_atlas_names_a_missing_or_foreign_store(tmp_path):
         read_atlas(tmp_path / "nothing.zarr")
     (tmp_path / "damaged.zarr").mkdir()
     (tmp_path / "damaged.zarr" / "zarr.json").write_text("{not json")
-    with pytest.raises(ValueError, match=r"damaged.zarr cannot be opened.*--overwrite"):
+    with pytest.raises(ValueError, match=r"damaged.zarr cannot be opened.*overwrite=True"):
         read_atlas(tmp_path / "damaged.zarr")
 
 
@@ -251,7 +251,7 @@ def test_an_input_changed_during_the_run_leaves_the_store_incomplete(atlas_input
 
     monkeypatch.setattr(run, "_embed_blocks", edited_meanwhile)
     store = tmp_path / "s.zarr"
-    with pytest.raises(ValueError, match=r"donor_b.h5ad changed while the atlas was being embedded.*--overwrite"):
+    with pytest.raises(ValueError, match=r"donor_b.h5ad changed while the atlas was being embedded.*overwrite=True"):
         _run(inputs, store, tiny_checkpoint)
     assert not AtlasStore(store).root.attrs["complete"]
     monkeypatch.setattr(run, "_embed_blocks", real)

@@ -2,8 +2,8 @@
 
 Exit codes: 0 success, 1 error while running (``PROG: error: MESSAGE`` on stderr), 2 usage error
 (``argparse``: bad arguments, missing files, or a check run before any work). The library names
-its Python arguments in its messages (``overwrite=True``); a command passes ``flags``, a mapping of
-those phrases to its own option names, so its user reads ``--overwrite`` instead.
+its Python arguments in its messages (``overwrite=True``), never a command's options; a command
+passes ``flags``, a mapping of those phrases to its own options, so its user reads ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ RUNTIME_ERRORS = (ValueError, KeyError, TypeError, RuntimeError, OSError)
 
 def error_message(err: BaseException, flags: Mapping[str, str] | None = None) -> str:
     """The text of ``err`` for a command's user: a ``KeyError``'s message unquoted, Python argument
-    names replaced by the command's options (``flags``)."""
+    names replaced by the command's options (``flags``; a phrase starting with ``^`` only at the start)."""
     message = str(err.args[0] if isinstance(err, KeyError) and err.args else err)
     for phrase, flag in (flags or {}).items():
-        message = message.replace(phrase, flag)
+        if phrase.startswith("^"):
+            message = flag + message[len(phrase) - 1 :] if message.startswith(phrase[1:]) else message
+        else:
+            message = message.replace(phrase, flag)
     return message
 
 

@@ -9,7 +9,7 @@ from .errors import check_usage, run_command
 from .types import EPILOG, TRAIN_PRESETS, train_config
 
 #: the library's argument names in messages -> the options of both training commands
-TRAIN_FLAGS = {"overrides: ": "--set ", " in overrides;": " in --set;", "overwrite=True": "--export-overwrite"}
+TRAIN_FLAGS = {"^an override must": "--set must", "^override ": "--set ", "overwrite=True": "--export-overwrite"}
 
 
 def add_train_parser(subparsers) -> argparse.ArgumentParser:

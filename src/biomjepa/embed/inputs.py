@@ -71,7 +71,7 @@ def resolve_inputs(patterns: list[str], *, writable: bool = False) -> list[Atlas
             raise ValueError(f"{raw!r} is given twice")
         seen_paths.add(p)
         if writable and not os.access(p.parent, os.W_OK | os.X_OK):
-            raise PermissionError(f"--write-obsm: cannot write into the directory of {raw!r} (permission denied)")
+            raise PermissionError(f"write_obsm=True: cannot write into the directory of {raw!r} (permission denied)")
         name, k = p.stem, 1
         while name in names:
             k += 1

@@ -55,9 +55,9 @@ def check_store_path(store: str | Path) -> Path:
     p = Path(store).expanduser()
     parent = p.parent if str(p.parent) else Path(".")
     if p.exists() and not p.is_dir():
-        raise ValueError(f"--store {str(p)!r} exists and is not a directory (a zarr store is a directory)")
+        raise ValueError(f"store={str(p)!r} exists and is not a directory (a zarr store is a directory)")
     if not parent.is_dir():
-        raise FileNotFoundError(f"the directory of --store {str(p)!r} does not exist; create {str(parent)!r} first")
+        raise FileNotFoundError(f"the directory of store={str(p)!r} does not exist; create {str(parent)!r} first")
     target = p if p.exists() else parent
     if not os.access(target, os.W_OK | os.X_OK):
         raise PermissionError(f"cannot write the store {str(p)!r}: {str(target)!r} is not writable")
@@ -122,7 +122,7 @@ def embed_atlas(
     if block_rows < 1:
         raise ValueError(f"block_rows must be >= 1, got {block_rows}")
     if overwrite and world > 1:
-        raise ValueError("--overwrite needs a single process; delete the store (rm -r) before a multi-process run")
+        raise ValueError("overwrite=True needs a single process; delete the store (rm -r) before a multi-process run")
     inps = resolve_inputs(list(inputs), writable=write_obsm)
     store = check_store_path(store)
     # rank 0 creates, overwrites and completes the store: it holds the store's lock throughout
@@ -195,14 +195,14 @@ def _open_store(store: Path, wanted: dict, inps: list[AtlasInput], *, rank, over
     else:
         state = AtlasStore.state(store)
         if state == "foreign":
-            raise ValueError(f"--store {str(store)!r} exists and is not a biomjepa atlas store; give a new path")
+            raise ValueError(f"store={str(store)!r} exists and is not a biomjepa atlas store; give a new path")
         if state != "ready" or overwrite:
             return _create_store(store, wanted, inps, map_kw)
     st = AtlasStore(store)
     diffs = manifest_differences(st.manifest, wanted)
     if diffs:
         raise ValueError(f"the store {str(store)!r} was made by a different command, so it cannot be resumed: "
-                         + "; ".join(diffs) + ". Use --overwrite to start it again, or another --store.")
+                         + "; ".join(diffs) + ". Use overwrite=True to start it again, or another store.")
     return st
 
 
@@ -326,5 +326,5 @@ def _check_unchanged(inps: list[AtlasInput]) -> None:
         raise ValueError(
             f"{', '.join(changed)} changed while the atlas was being embedded (size or modification time differ from "
             "the start of this run), so the store may mix rows of two versions and is left incomplete. Once the "
-            "file is final, run the command again with --overwrite."
+            "file is final, run it again with overwrite=True."
         )

@@ -83,8 +83,8 @@ def lock_store(path: str | Path) -> Lock:
     beside = path.with_name(f".{path.name}.lock")
     where = beside if beside.exists() or os.access(parent, os.W_OK | os.X_OK) or not path.is_dir() else path / INNER_LOCK
     return lock(where, what=f"The atlas store {path}",
-                fix="Two commands writing one store mix their embeddings, and --overwrite would delete it under the "
-                    "other: wait for that one to finish, or give this one another --store.")
+                fix="Two commands writing one store mix their embeddings, and overwrite=True would delete it under the "
+                    "other: wait for that one to finish, or give this one another store.")
 
 
 def block_bounds(n_obs: int, block_rows: int) -> list[tuple[int, int]]:
@@ -307,8 +307,8 @@ def read_atlas(store: str | Path, name: str | None = None):
     if damaged:
         listed = "; ".join(damaged[:5]) + (f"; (+{len(damaged) - 5} more)" if len(damaged) > 5 else "")
         raise DamagedStore(
-            f"the atlas store {store} is damaged, so it is not read: {listed}. Run the same `biomjepa embed ... "
-            f"--store {store}` command again: it verifies every block and embeds the damaged ones again."
+            f"the atlas store {store} is damaged, so it is not read: {listed}. Run the same embed_atlas call or "
+            "`biomjepa embed` command again: it verifies every block and embeds the damaged ones again."
         )
     return out[name] if name is not None else out
 
@@ -317,20 +317,20 @@ def _open_for_reading(store):
     import zarr
 
     if not Path(store).is_dir():
-        raise FileNotFoundError(f"no atlas store at {store}; write one with `biomjepa embed INPUT... --store {store}`")
+        raise FileNotFoundError(f"no atlas store at {store}; write one with embed_atlas(inputs, store) or `biomjepa embed`")
     if not (Path(store) / "zarr.json").is_file():
-        raise ValueError(f"{store} is not a biomjepa atlas store (no zarr.json); give the --store of `biomjepa embed`")
+        raise ValueError(f"{store} is not a biomjepa atlas store (no zarr.json); give the store written by embed_atlas or `biomjepa embed`")
     try:
         root = zarr.open_group(str(store), mode="r")
         meta = root.attrs.get(KEY)
         complete = root.attrs.get("complete", False)
     except Exception as err:  # damaged zarr.json
         raise DamagedStore(f"the atlas store {store} cannot be opened ({type(err).__name__}: {err}); its metadata is "
-                           "damaged. Run the command again with --overwrite to rebuild it.") from None
+                           "damaged. Run the embedding again with overwrite=True to rebuild it.") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{store} is not a biomjepa atlas store")
     if not complete:
-        raise ValueError(f"{store} is not complete; run the same `biomjepa embed ... --store` command again to finish it")
+        raise ValueError(f"{store} is not complete; run the same embedding (embed_atlas or `biomjepa embed`) again to finish it")
     return meta, root
 
 
@@ -341,7 +341,7 @@ def _read_input(root, name: str, meta: dict, damaged: list[str]):
     try:
         g = root[name]
     except Exception:
-        damaged.append(f"input {name}: its group is missing (rebuild the store with --overwrite)")
+        damaged.append(f"input {name}: its group is missing (rebuild the store with overwrite=True)")
         return None
     Z = np.empty((inp["n_obs"], meta["embedding_dim"]), dtype=np.float32)
     n_genes = np.empty(inp["n_obs"], dtype=np.int32)

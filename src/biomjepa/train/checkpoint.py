@@ -282,7 +282,7 @@ def check_export_dir(out_dir: str | os.PathLike, *, overwrite: bool = False) -> 
     if not overwrite:
         raise FileExistsError(
             f"export: {p} already exists ({', '.join(names[:5])}{', …' if len(names) > 5 else ''}) and export never "
-            "replaces a checkpoint silently. Pass overwrite=True (`--export-overwrite` on the command line) to "
+            "replaces a checkpoint silently. Pass overwrite=True to "
             "replace it, or give another directory."
         )
     foreign = [n for n in names if n not in CHECKPOINT_FILES and not n.endswith(".tmp")]  # + a crash's temporaries
