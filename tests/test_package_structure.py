@@ -137,3 +137,62 @@ def test_one_reader_loop():
     from biomjepa.data import anndata_source
 
     assert not hasattr(anndata_source, "tokenize_adata") and not hasattr(anndata_source, "iter_rows")
+
+
+# --------------------------------------------------------------------------- command lines
+#: the ``python -m`` shims: they import their command from ``biomjepa.cli`` and pass its exit code on
+CLI_SHIMS = {"train/__main__.py", "embed/__main__.py"}
+
+
+def _cli_offences(path: Path, rel: str) -> list[str]:
+    """Where ``path`` parses arguments or turns an exception into an exit code (``argparse``, ``sys.exit``,
+    ``SystemExit``, ``parser.error``, or ``return <int>`` / a print in an ``except`` block)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if "argparse" in names or isinstance(node, ast.ImportFrom) and node.module == "argparse":
+            found.append(f"{rel}:{node.lineno}: imports argparse")
+        elif isinstance(node, ast.Attribute) and node.attr in ("ArgumentParser", "exit") and \
+                isinstance(node.value, ast.Name) and node.value.id in ("argparse", "sys"):
+            found.append(f"{rel}:{node.lineno}: {node.value.id}.{node.attr}")
+        elif isinstance(node, ast.Name) and node.id == "SystemExit" and rel not in CLI_SHIMS:
+            found.append(f"{rel}:{node.lineno}: SystemExit")
+        elif isinstance(node, ast.ExceptHandler):
+            for inner in (n for stmt in node.body for n in ast.walk(stmt)):
+                if isinstance(inner, ast.Return) and isinstance(inner.value, ast.Constant) and \
+                        type(inner.value.value) is int:
+                    found.append(f"{rel}:{inner.lineno}: except ...: return {inner.value.value}")
+                elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "error" \
+                        and isinstance(inner.func.value, ast.Name) and "parser" in inner.func.value.id:
+                    found.append(f"{rel}:{inner.lineno}: except ...: parser.error")
+                elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "print":
+                    found.append(f"{rel}:{inner.lineno}: except ...: print")
+    return found
+
+
+DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def test_only_cli_parses_arguments_and_turns_errors_into_exit_codes():
+    """Issue 23: argument parsers and the exception -> exit code handler live in ``biomjepa/cli/`` only; the
+    ``python -m biomjepa.train`` / ``.embed`` entry points are shims into it, and no library message names a
+    command-line option (the command maps ``overwrite=True`` to its ``--overwrite``)."""
+    import re
+
+    offenders, flags = [], []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith("cli/"):
+            continue
+        offenders += _cli_offences(path, rel)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, DOCUMENTED) and ast.get_docstring(n)}
+        for node in ast.walk(tree):  # every string but docstrings: messages, warnings, log lines
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                flags += [f"{rel}:{node.lineno}: {m}" for m in re.findall(r"(?<![\w-])--[a-z][\w-]+", node.value)]
+    assert offenders == [], f"only biomjepa/cli/ may parse arguments or map errors to exit codes: {offenders}"
+    assert flags == [], f"library errors name the Python argument; the CLI maps it to its option: {flags}"
+    assert _cli_offences(SRC / "cli" / "errors.py", "cli/errors.py"), "the check no longer sees the one handler"
+    for shim in CLI_SHIMS:
+        text = (SRC / shim).read_text()
+        assert "from biomjepa.cli" in text and len(text.splitlines()) <= 6, f"{shim} is not a shim into biomjepa.cli"
