@@ -12,11 +12,6 @@ Exit codes: 0 success, 1 runtime error (message on stderr), 2 usage error (argpa
 
 from __future__ import annotations
 
-import sys
-
 from .app import build_parser, main
 
 __all__ = ["build_parser", "main"]
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
