@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,6 +26,8 @@ def get_rep(adata: AnnData, key: str) -> np.ndarray:
             "X_pca": "pass `baselines=['pca']` (writes obsm['X_pca50']) or run `sc.pp.pca`",
             "X_pca50": "pass `baselines=['pca']`",
             "X_umap_pca50": "pass `baselines=['pca', 'umap']`",
+            "X_hvg": "pass `baselines=['hvg']`",
+            "X_scvi": "pass `baselines=['scvi']` (needs `pip install \"biomjepa[scvi]\"`)",
             "X_biomjepa": "run `bj.pp.map_vocab` and `bj.tl.embed` first",
         }.get(key, "compute it first")
         have = ", ".join(map(repr, adata.obsm.keys())) or "none"
@@ -37,37 +39,23 @@ def get_rep(adata: AnnData, key: str) -> np.ndarray:
     return Z.astype(np.float64, copy=False)
 
 
-def get_labels(adata: AnnData, label_key: str) -> tuple[np.ndarray, np.ndarray]:
-    """Labels as strings and the mask of cells that have one (NaN / empty labels are dropped)."""
+def get_labels(adata: AnnData, label_key: str, *, arg: str = "label_key") -> tuple[np.ndarray, np.ndarray]:
+    """Labels as strings and the mask of cells that have one (NaN / empty labels are dropped).
+
+    ``arg`` is the argument name the KeyError for a missing column tells the user to change.
+    """
     from .._checks import check_adata
 
     check_adata(adata)
     if label_key not in adata.obs:
         have = ", ".join(map(repr, adata.obs.columns[:20]))
-        raise KeyError(f"obs[{label_key!r}] not found; pass `label_key=` one of the obs columns ({have}).")
+        raise KeyError(f"obs[{label_key!r}] not found; pass `{arg}=` one of the obs columns ({have}).")
     col = adata.obs[label_key]
     valid = col.notna().to_numpy() & (col.astype(str).str.strip() != "").to_numpy()
     labels = col.astype(str).to_numpy()
     if valid.sum() == 0:
         raise ValueError(f"obs[{label_key!r}] has no valid labels.")
     return labels, valid
-
-
-def resolve_reps(adata: AnnData, use_reps: Sequence[str] | str, baselines: Sequence[str] | None, layer: str | None) -> list[str]:
-    """Compute the requested baselines (see :func:`biomjepa.bench.add_baselines`) and return the reps to score."""
-    from .._checks import check_adata
-
-    check_adata(adata)
-    reps = [use_reps] if isinstance(use_reps, str) else list(use_reps)
-    if baselines:
-        from .baselines import add_baselines
-
-        reps += [k for k in add_baselines(adata, baselines, layer=layer) if k not in reps]
-    if not reps:
-        raise ValueError("Nothing to score: `use_reps` is empty and no `baselines` were requested.")
-    for r in reps:
-        get_rep(adata, r)[:0]  # raise early on a missing key
-    return reps
 
 
 def get_counts(adata: AnnData, layer: str | None):

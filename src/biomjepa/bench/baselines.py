@@ -1,15 +1,21 @@
-"""Baseline representations computed on request: PCA-50 of log-normalized HVGs and its UMAP."""
+"""Baselines a user would pick instead of BioM-JEPA, computed on request on the same cells.
+
+``"pca"`` (PCA-50 of log-normalized HVGs), ``"umap"`` (its 2-D UMAP), ``"hvg"`` (the log-normalized
+HVGs themselves) and ``"scvi"`` (an scVI latent space, optional extra ``biomjepa[scvi]``); and
+:func:`resolve_reps`, which every ``bj.bench`` task calls to add them to the representations it scores.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._utils import get_counts
+from ._utils import get_counts, get_rep
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -17,7 +23,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: obsm keys written by each baseline.
-BASELINE_KEYS = {"pca": "X_pca50", "umap": "X_umap_pca50"}
+BASELINE_KEYS = {"pca": "X_pca50", "umap": "X_umap_pca50", "hvg": "X_hvg", "scvi": "X_scvi"}
+SCVI_HINT = 'pip install "biomjepa[scvi]"'
 
 
 def add_baselines(
@@ -27,54 +34,165 @@ def add_baselines(
     layer: str | None = None,
     n_comps: int = 50,
     n_top_genes: int = 2000,
+    batch_key: str | None = None,
+    scvi_max_epochs: int | None = None,
+    scvi_n_latent: int = 10,
+    random_state: int = 0,
     overwrite: bool = False,
 ) -> list[str]:
     """Write baseline embeddings into ``adata.obsm`` (the only change ``bj.bench`` ever makes to ``adata``).
 
-    ``"pca"``: a copy of the raw counts in ``layers[layer]`` (or X) is normalized to 10⁴ counts per cell,
-    ``log1p``-transformed, restricted to the ``n_top_genes`` highly variable genes (scanpy
-    ``flavor="seurat"``; all genes when fewer) and projected on ``n_comps`` principal components
-    (no scaling, ``svd_solver="arpack"``, ``random_state=0``). ``"umap"``: 2-D UMAP of that PCA
-    (``sc.pp.neighbors`` with 15 neighbours, ``random_state=0``) — the paper's "UMAP" row. It implies
-    ``"pca"``. Existing keys are reused unless ``overwrite``.
+    Every baseline starts from a copy of the raw counts in ``layers[layer]`` (or X) of all cells of
+    ``adata`` — the cells the model embedded — normalized to 10⁴ counts per cell, ``log1p``-transformed
+    and restricted to the ``n_top_genes`` highly variable genes (scanpy ``flavor="seurat"`` over all
+    cells, genes with no count dropped first; all genes when fewer). From there:
+
+    - ``"hvg"``: those log-normalized HVG values themselves, ``[N, n_top_genes]`` float32 (dense only
+      for the HVG columns: 100,000 cells × 2,000 genes take 0.8 GB);
+    - ``"pca"``: projected on ``n_comps`` principal components (no scaling, ``svd_solver="arpack"``);
+    - ``"umap"``: 2-D UMAP of that PCA (``sc.pp.neighbors`` with 15 neighbours) — the paper's "UMAP"
+      row; it implies ``"pca"``;
+    - ``"scvi"``: scvi-tools ``SCVI`` (``n_latent=scvi_n_latent``, its other defaults) trained on the
+      raw counts of the same HVGs with ``scvi.settings.seed = random_state`` and, when ``batch_key`` is
+      given, that column as scVI's batch; its latent mean. Needs ``pip install "biomjepa[scvi]"``.
+      The global random states it seeds are restored afterwards.
+
+    Existing keys are reused unless ``overwrite`` (a reused ``X_scvi`` keeps the ``batch_key`` it was
+    trained with). Every argument is checked before anything is computed, and nothing is written
+    unless every requested baseline was computed.
 
     Parameters
     ----------
     adata
         AnnData with raw counts.
     baselines
-        Subset of ``("pca", "umap")``.
+        Subset of ``("pca", "umap", "hvg", "scvi")``.
     layer
         Layer holding raw counts (None: X).
     n_comps
         Number of principal components (capped at ``min(n_obs, n_genes) - 1``).
     n_top_genes
-        Highly variable genes kept before PCA.
+        Highly variable genes kept (every baseline).
+    batch_key
+        ``obs`` column with each cell's batch (chemistry, donor), given to scVI (no missing values then).
+        The other baselines ignore it (they are not batch-corrected).
+    scvi_max_epochs
+        scVI training epochs (None: scvi-tools' default ``min(400, 400 · 20,000 / n_cells)``). Each
+        epoch is one pass over the cells; a small value (e.g. 50) bounds CPU time.
+    scvi_n_latent
+        scVI latent dimensions.
+    random_state
+        Seed of PCA, UMAP and scVI.
     overwrite
         Recompute keys that already exist.
 
     Returns
     -------
-    The obsm keys written or reused, in order. Writes ``adata.obsm["X_pca50"]`` and, for ``"umap"``,
-    ``adata.obsm["X_umap_pca50"]``.
+    The obsm keys written or reused, in request order (``"umap"`` after ``"pca"``). Writes
+    ``adata.obsm["X_pca50"]``, ``["X_umap_pca50"]``, ``["X_hvg"]``, ``["X_scvi"]`` as requested.
     """
-    from .._checks import check_adata, check_int
+    want = check_baselines(adata, baselines, batch_key=batch_key)
+    from .._checks import check_int
 
-    check_adata(adata)
     n_comps, n_top_genes = check_int("n_comps", n_comps), check_int("n_top_genes", n_top_genes)
-    unknown = set(baselines) - set(BASELINE_KEYS)
-    if unknown:
-        raise ValueError(f"unknown baselines {sorted(unknown)}; choose from {sorted(BASELINE_KEYS)}.")
-    want = ["pca"] + (["umap"] if "umap" in baselines else [])
-    if overwrite or BASELINE_KEYS["pca"] not in adata.obsm:
-        adata.obsm[BASELINE_KEYS["pca"]] = _pca50(adata, layer, n_comps, n_top_genes)
-    if "umap" in want and (overwrite or BASELINE_KEYS["umap"] not in adata.obsm):
-        adata.obsm[BASELINE_KEYS["umap"]] = _umap(adata.obsm[BASELINE_KEYS["pca"]])
+    scvi_max_epochs = check_int("scvi_max_epochs", scvi_max_epochs, none_ok=True)
+    scvi_n_latent, random_state = check_int("scvi_n_latent", scvi_n_latent), check_int("random_state", random_state, low=0)
+    todo = [b for b in want if overwrite or BASELINE_KEYS[b] not in adata.obsm]
+    new: dict[str, np.ndarray] = {}
+    if set(todo) - {"umap"}:
+        X_hvg, genes = lognorm_hvg(adata, layer=layer, n_top_genes=n_top_genes)
+    if "hvg" in todo:
+        new["hvg"] = np.asarray(X_hvg.toarray() if hasattr(X_hvg, "toarray") else X_hvg, dtype=np.float32)
+    if "pca" in todo:
+        new["pca"] = _pca(X_hvg, genes, n_comps, random_state)[0]
+    if "umap" in todo:
+        new["umap"] = _umap(new["pca"] if "pca" in new else adata.obsm[BASELINE_KEYS["pca"]], random_state)
+    if "scvi" in todo:
+        new["scvi"] = _scvi(adata, layer, genes, batch_key, scvi_max_epochs, scvi_n_latent, random_state)
+    for b, Z in new.items():
+        adata.obsm[BASELINE_KEYS[b]] = Z
     return [BASELINE_KEYS[b] for b in want]
 
 
-def _pca50(adata: AnnData, layer: str | None, n_comps: int, n_top_genes: int):
-    return fit_pca(adata, layer=layer, n_comps=n_comps, n_top_genes=n_top_genes)[0]
+def check_baselines(adata: AnnData, baselines: Sequence[str] | str, *, batch_key: str | None = None) -> list[str]:
+    """The requested baselines in computing order (``"umap"`` adds ``"pca"``), or a clear error.
+
+    Checks that ``adata`` is an AnnData, every name is known, ``batch_key`` (when given) is an ``obs``
+    column and, for ``"scvi"``, that scvi-tools can be imported and the batches have no missing value.
+    """
+    from .._checks import check_adata
+
+    check_adata(adata)
+    names = [baselines] if isinstance(baselines, str) else list(baselines)
+    unknown = [b for b in names if b not in BASELINE_KEYS]
+    if unknown:
+        raise ValueError(f"unknown baselines {unknown}: pass `baselines=` a subset of {list(BASELINE_KEYS)}.")
+    if batch_key is not None and batch_key not in adata.obs:
+        have = ", ".join(map(repr, adata.obs.columns[:20])) or "none"
+        raise KeyError(f"batch_key={batch_key!r} is not an obs column; pass `batch_key=` one of ({have}) or None.")
+    if "scvi" in names and batch_key is not None and adata.obs[batch_key].isna().any():
+        raise ValueError(f"obs[{batch_key!r}] (batch_key) has missing values, which scVI cannot use as a batch; "
+                         "fill them or subset the cells first.")
+    if "scvi" in names:
+        import importlib.util
+
+        if importlib.util.find_spec("scvi") is None:
+            raise ImportError(f"baselines=['scvi'] needs scvi-tools, which is not installed: {SCVI_HINT}, or drop "
+                              "'scvi' from `baselines`.")
+    if "umap" in names and "pca" not in names:
+        names.insert(names.index("umap"), "pca")
+    return list(dict.fromkeys(names))
+
+
+def resolve_reps(adata: AnnData, use_reps: Sequence[str] | str, baselines: Sequence[str] | None, layer: str | None,
+                 **baseline_kwargs) -> list[str]:
+    """Compute the requested baselines (:func:`add_baselines` with ``baseline_kwargs``); return the reps to score.
+
+    ``use_reps`` keys come first, then the baseline keys not already among them. Every argument and every
+    ``use_reps`` key (unless a requested baseline writes it) is checked before any baseline is computed.
+    """
+    reps = [use_reps] if isinstance(use_reps, str) else list(use_reps)
+    names = check_baselines(adata, baselines or [], batch_key=baseline_kwargs.get("batch_key"))
+    if not reps and not names:
+        raise ValueError("Nothing to score: `use_reps` is empty and no `baselines` were requested.")
+    written = {BASELINE_KEYS[b] for b in names}
+    for r in reps:
+        if r not in written:
+            get_rep(adata, r)[:0]  # raise on a missing key before computing any baseline
+    if names:
+        reps += [k for k in add_baselines(adata, names, layer=layer, **baseline_kwargs) if k not in reps]
+    for r in reps:
+        get_rep(adata, r)[:0]
+    return reps
+
+
+def lognorm_hvg(adata: AnnData, *, layer: str | None = None, n_top_genes: int = 2000):
+    """``log1p(normalize_total(counts, 1e4))`` of the highly variable genes and their column indices.
+
+    Genes without any count are dropped, then scanpy ``highly_variable_genes(flavor="seurat")`` picks
+    ``n_top_genes`` of the rest (all of them when fewer). Normalization uses every gene.
+
+    Returns
+    -------
+    ``(X, genes)``: ``[N, g]`` float32 (CSR when the counts are sparse) and the ``[g]`` indices into ``adata.var``.
+    """
+    import anndata as ad
+    import scanpy as sc
+
+    tmp = ad.AnnData(get_counts(adata, layer).astype(np.float32, copy=True))
+    tmp.var_names = adata.var_names.astype(str)
+    tmp.var_names_make_unique()
+    sc.pp.normalize_total(tmp, target_sum=1e4)
+    sc.pp.log1p(tmp)
+    keep = np.asarray(tmp.X.sum(0)).ravel() > 0
+    genes = np.flatnonzero(keep)
+    tmp = tmp[:, keep].copy()
+    if tmp.n_vars > n_top_genes:
+        sc.pp.highly_variable_genes(tmp, n_top_genes=n_top_genes, flavor="seurat")
+        hvg = tmp.var["highly_variable"].to_numpy()
+        genes = genes[hvg]
+        tmp = tmp[:, hvg].copy()
+    return tmp.X, genes
 
 
 @dataclass(frozen=True)
@@ -107,7 +225,7 @@ class PCATransform:
 
 
 def fit_pca(
-    adata: AnnData, *, layer: str | None = None, n_comps: int = 50, n_top_genes: int = 2000
+    adata: AnnData, *, layer: str | None = None, n_comps: int = 50, n_top_genes: int = 2000, random_state: int = 0
 ) -> tuple[np.ndarray, PCATransform]:
     """Fit the ``"pca"`` baseline of :func:`add_baselines` without writing into ``adata``.
 
@@ -116,37 +234,82 @@ def fit_pca(
     ``(Z, transform)``: the ``[N, k]`` float32 embedding written to ``obsm["X_pca50"]`` and the fitted
     :class:`PCATransform` (``transform.transform(counts)`` reproduces ``Z`` to float32 precision).
     """
+    X, genes = lognorm_hvg(adata, layer=layer, n_top_genes=n_top_genes)
+    return _pca(X, genes, n_comps, random_state)
+
+
+def _pca(X, genes: np.ndarray, n_comps: int, random_state: int) -> tuple[np.ndarray, PCATransform]:
     import anndata as ad
     import scanpy as sc
 
-    tmp = ad.AnnData(get_counts(adata, layer).astype(np.float32, copy=True))
-    tmp.var_names = adata.var_names.astype(str)
-    tmp.var_names_make_unique()
-    sc.pp.normalize_total(tmp, target_sum=1e4)
-    sc.pp.log1p(tmp)
-    keep = np.asarray(tmp.X.sum(0)).ravel() > 0
-    genes = np.flatnonzero(keep)
-    tmp = tmp[:, keep].copy()
-    if tmp.n_vars > n_top_genes:
-        sc.pp.highly_variable_genes(tmp, n_top_genes=n_top_genes, flavor="seurat")
-        hvg = tmp.var["highly_variable"].to_numpy()
-        genes = genes[hvg]
-        tmp = tmp[:, hvg].copy()
+    tmp = ad.AnnData(X)
     n = min(n_comps, tmp.n_obs - 1, tmp.n_vars - 1)
-    sc.pp.pca(tmp, n_comps=n, svd_solver="arpack", random_state=0)
+    sc.pp.pca(tmp, n_comps=n, svd_solver="arpack", random_state=random_state)
     logger.info("PCA-%d baseline on %d genes", n, tmp.n_vars)
     mean = np.asarray(tmp.X.mean(0), dtype=np.float64).ravel()
     fitted = PCATransform(genes, mean, np.asarray(tmp.varm["PCs"], dtype=np.float64))
     return np.asarray(tmp.obsm["X_pca"], dtype=np.float32), fitted
 
 
-def _umap(Z):
+def _scvi(adata: AnnData, layer: str | None, genes: np.ndarray, batch_key: str | None, max_epochs: int | None,
+          n_latent: int, random_state: int) -> np.ndarray:
+    """scVI latent mean ``[N, n_latent]`` float32 of the raw counts of ``genes`` (see :func:`add_baselines`)."""
     import anndata as ad
-    import numpy as np
+    import pandas as pd
+    from scipy import sparse
+
+    from .._settings import settings
+
+    counts = sparse.csr_matrix(get_counts(adata, layer)[:, genes], dtype=np.float32)
+    obs = pd.DataFrame(index=adata.obs_names.astype(str))
+    if batch_key is not None:
+        obs["batch"] = adata.obs[batch_key].astype(str).to_numpy()
+    tmp = ad.AnnData(counts, obs=obs)
+    tmp.obs_names_make_unique()
+    device = settings.device
+    accelerator = {"auto": "auto", "cpu": "cpu"}.get(device, "gpu")
+    devices = [int(device.split(":")[1])] if device.startswith("cuda:") else "auto"
+    with _restored_random_state():
+        import scvi
+
+        scvi.settings.seed = random_state
+        scvi.model.SCVI.setup_anndata(tmp, batch_key="batch" if batch_key is not None else None)
+        model = scvi.model.SCVI(tmp, n_latent=n_latent)
+        model.train(max_epochs=max_epochs, accelerator=accelerator, devices=devices,
+                    enable_progress_bar=settings.show_progress)
+        Z = model.get_latent_representation()
+    logger.info("scVI baseline (%d latent, %s epochs) on %d genes", n_latent, max_epochs or "default", len(genes))
+    return np.asarray(Z, dtype=np.float32)
+
+
+@contextmanager
+def _restored_random_state():
+    """Put back the Python, numpy and torch global random states (and cuDNN flags, env) that scVI's seeding sets."""
+    import os
+    import random
+
+    import torch
+
+    py, npy, env = random.getstate(), np.random.get_state(), dict(os.environ)
+    cudnn = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
+        for k in set(os.environ) - set(env):
+            del os.environ[k]
+        os.environ.update(env)
+
+
+def _umap(Z, random_state: int = 0):
+    import anndata as ad
     import scanpy as sc
 
     tmp = ad.AnnData(np.zeros((Z.shape[0], 1), dtype=np.float32))
     tmp.obsm["X_rep"] = np.asarray(Z)
-    sc.pp.neighbors(tmp, use_rep="X_rep", n_neighbors=15, random_state=0)
-    sc.tl.umap(tmp, random_state=0)
+    sc.pp.neighbors(tmp, use_rep="X_rep", n_neighbors=15, random_state=random_state)
+    sc.tl.umap(tmp, random_state=random_state)
     return np.asarray(tmp.obsm["X_umap"], dtype=np.float32)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ._utils import frame, get_counts, get_rep, progress, resolve_reps, rows
+from ._utils import frame, get_counts, get_rep, progress, rows
+from .baselines import resolve_reps
 
 if TYPE_CHECKING:
     from anndata import AnnData

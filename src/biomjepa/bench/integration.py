@@ -11,21 +11,25 @@ label: ``cross_batch_share_within_label``), which does not reward mixing differe
 as in scib (higher = cell types better separated). ``batch_asw``: scib's batch silhouette: per
 label, ``1 − |s_batch|`` averaged over its cells, then over labels (1 = batches mixed within types).
 When ``scib-metrics`` is installed (``pip install "biomjepa[scib]"``) its aggregate
-bio-conservation / batch-correction scores can be added with :func:`scib_scores`.
+bio-conservation / batch-correction scores are added with ``scib=True`` or :func:`scib_scores`
+(its ``Benchmarker``, not a re-implementation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from ._utils import frame, get_labels, get_rep, progress, resolve_reps, rows
+from ._utils import frame, get_labels, get_rep, progress, rows
+from .baselines import fit_pca, resolve_reps
 
 if TYPE_CHECKING:
     from anndata import AnnData
+
+SCIB_HINT = 'pip install "biomjepa[scib]"'
 
 
 def cross_batch_share(Z: np.ndarray, batches: np.ndarray, *, n_neighbors: int = 15, groups: np.ndarray | None = None) -> float:
@@ -85,6 +89,8 @@ def integration(
     max_cells: int = 20_000,
     baselines: Sequence[str] | None = None,
     layer: str | None = None,
+    scib: bool = False,
+    baseline_kwargs: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Batch mixing and label separation of each embedding (``bj.bench`` task ``"integration"``).
 
@@ -104,30 +110,38 @@ def integration(
     max_cells
         Silhouettes are computed on a seeded subsample of at most this many cells.
     baselines, layer
-        See :func:`biomjepa.bench.add_baselines`.
+        See :func:`biomjepa.bench.add_baselines`; ``"scvi"`` is trained with ``batch_key`` as its batch.
+    scib
+        Also score with scib-metrics' ``Benchmarker`` (:func:`scib_scores`; needs ``label_key`` and
+        ``pip install "biomjepa[scib]"``).
+    baseline_kwargs
+        Further arguments of :func:`biomjepa.bench.add_baselines`, e.g. ``{"scvi_max_epochs": 50}``.
 
     Returns
     -------
     Tidy table ``task, rep, setting, seed, metric, value`` with ``task="integration"``,
     ``setting="k=<n_neighbors>"`` and metrics ``cross_batch_share`` (1 = as mixed as chance) and, with
-    ``label_key``, ``cross_batch_share_within_label``, ``label_asw`` and ``batch_asw``.
+    ``label_key``, ``cross_batch_share_within_label``, ``label_asw`` and ``batch_asw``; with ``scib``
+    also the ``setting="scib"`` rows of :func:`scib_scores`.
     """
     if not isinstance(n_neighbors, (int, np.integer)) or isinstance(n_neighbors, bool) or n_neighbors < 1:
         raise ValueError(f"n_neighbors must be an integer >= 1, got {n_neighbors!r}.")
     if not isinstance(max_cells, (int, np.integer)) or isinstance(max_cells, bool) or max_cells < 2:
         raise ValueError(f"max_cells must be an integer >= 2, got {max_cells!r}.")
-    batches, valid = get_labels(adata, batch_key)
+    batches, valid = get_labels(adata, batch_key, arg="batch_key")
     labels = None
     if label_key is not None:
         labels, lvalid = get_labels(adata, label_key)
         valid &= lvalid
+    if scib:
+        check_scib(label_key)
     idx = np.flatnonzero(valid)
     if len(np.unique(batches[idx])) < 2:
         raise ValueError(f"obs[{batch_key!r}] has a single batch among the scored cells; batch mixing needs two or more.")
     if len(idx) <= n_neighbors:
         raise ValueError(f"{len(idx)} cells with a batch{' and a label' if labels is not None else ''}: need more than "
                          f"n_neighbors={n_neighbors}.")
-    reps = resolve_reps(adata, use_reps, baselines, layer)
+    reps = resolve_reps(adata, use_reps, baselines, layer, **{"batch_key": batch_key, **(baseline_kwargs or {})})
     setting = f"k={int(n_neighbors)}"
     records = []
     for r in progress(reps, desc="integration"):
@@ -138,4 +152,93 @@ def integration(
             m["cross_batch_share_within_label"] = cross_batch_share(Z, b, n_neighbors=int(n_neighbors), groups=lab)
             m.update(silhouettes(Z, lab, b, max_cells=int(max_cells)))
         records += rows("integration", r, setting, None, m)
+    out = frame(records)
+    if scib:
+        out = pd.concat([out, scib_scores(adata, batch_key=batch_key, label_key=label_key, use_reps=reps, layer=layer)],
+                        ignore_index=True)
+    return out
+
+
+def check_scib(label_key: str | None) -> None:
+    import importlib.util
+
+    if label_key is None:
+        raise ValueError("scib=True needs `label_key=` (scib-metrics scores bio conservation against cell-type labels).")
+    if importlib.util.find_spec("scib_metrics") is None:
+        raise ImportError(f"scib=True needs scib-metrics, which is not installed: {SCIB_HINT}, or pass scib=False.")
+
+
+def scib_scores(
+    adata: AnnData,
+    *,
+    batch_key: str,
+    label_key: str,
+    use_reps: Sequence[str] | str = ("X_biomjepa", "X_pca"),
+    pre_integrated: str | None = None,
+    layer: str | None = None,
+    benchmarker_kwargs: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """scib-metrics' bio-conservation and batch-correction scores of each embedding (its ``Benchmarker``).
+
+    Runs ``scib_metrics.benchmark.Benchmarker`` on the cells with a batch and a label, with its default
+    metrics unless ``benchmarker_kwargs`` says otherwise, and reads ``get_results(min_max_scale=False)``:
+    unscaled scores, so a rep's scores do not depend on which other reps are compared. Needs
+    ``pip install "biomjepa[scib]"``.
+
+    Parameters
+    ----------
+    adata
+        AnnData with embeddings in ``obsm``, batch and label columns in ``obs``. Not modified.
+    batch_key, label_key
+        ``obs`` columns with each cell's batch and cell type.
+    use_reps
+        ``obsm`` keys to score.
+    pre_integrated
+        ``obsm`` key of an unintegrated embedding for scib's PCR comparison (None: PCA-50 of the
+        log-normalized HVGs of the raw counts in ``layer`` of the scored cells, as ``baselines=["pca"]``).
+    layer
+        Layer with raw counts for that PCA (None: X).
+    benchmarker_kwargs
+        Extra ``Benchmarker`` arguments, e.g. ``{"bio_conservation_metrics":
+        BioConservation(nmi_ari_cluster_labels_leiden=True)}`` for Leiden NMI / ARI.
+
+    Returns
+    -------
+    Tidy table with ``task="integration"``, ``setting="scib"`` and one metric per scib-metrics score,
+    named ``scib_<metric>`` (e.g. ``scib_kbet_per_label``, ``scib_nmi_ari_cluster_labels_kmeans_ari``),
+    plus the aggregates ``scib_bio_conservation``, ``scib_batch_correction`` and ``scib_total``
+    (0.6 · bio + 0.4 · batch, scib's weighting).
+    """
+    import anndata as ad
+
+    from .._settings import settings
+
+    check_scib(label_key)
+    batches, valid = get_labels(adata, batch_key, arg="batch_key")
+    labels, lvalid = get_labels(adata, label_key)
+    idx = np.flatnonzero(valid & lvalid)
+    if len(np.unique(batches[idx])) < 2:
+        raise ValueError(f"obs[{batch_key!r}] has a single batch among the labelled cells; scib needs two or more.")
+    reps = resolve_reps(adata, use_reps, None, None)
+    if pre_integrated is None:
+        X_pre = fit_pca(adata[idx], layer=layer)[0]
+    else:
+        X_pre = get_rep(adata, pre_integrated)[idx]
+    from scib_metrics.benchmark import Benchmarker
+
+    tmp = ad.AnnData(np.zeros((len(idx), 1), np.float32),
+                     obs=pd.DataFrame({"batch": batches[idx], "label": labels[idx]}, index=adata.obs_names[idx].astype(str)))
+    names = {r: f"rep{i}" for i, r in enumerate(reps)}  # obsm keys scib can use whatever the user's keys are
+    for r, k in names.items():
+        tmp.obsm[k] = get_rep(adata, r)[idx].astype(np.float32)
+    tmp.obsm["X_pre"] = np.asarray(X_pre, dtype=np.float32)
+    bm = Benchmarker(tmp, batch_key="batch", label_key="label", embedding_obsm_keys=list(names.values()),
+                     pre_integrated_embedding_obsm_key="X_pre", progress_bar=settings.show_progress,
+                     **dict(benchmarker_kwargs or {}))
+    bm.benchmark()
+    res = bm.get_results(min_max_scale=False, clean_names=False)
+    records = []
+    for r, k in names.items():
+        m = {"scib_" + str(c).lower().replace(" ", "_"): float(res.loc[k, c]) for c in res.columns}
+        records += rows("integration", r, "scib", None, m)
     return frame(records)

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from ._mlp import fit_mlp
-from ._utils import DEFAULT_SEEDS, frame, get_counts, get_labels, get_rep, progress, resolve_reps, rows
+from ._utils import DEFAULT_SEEDS, frame, get_counts, get_labels, get_rep, progress, rows
+from .baselines import resolve_reps
 
 if TYPE_CHECKING:
     from anndata import AnnData

@@ -7,12 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ._utils import DEFAULT_SEEDS, progress, resolve_reps
+from ._utils import DEFAULT_SEEDS, progress
+from .baselines import resolve_reps
+from .integration import check_scib
 
 if TYPE_CHECKING:
     from anndata import AnnData
 
 TASKS = ("annotation", "clustering", "reconstruction", "perturbation", "geometry", "integration")
+DEFAULT_TASKS = ("annotation", "clustering", "reconstruction", "geometry")
 _NEEDS_LABELS = {"annotation", "clustering", "reconstruction"}
 
 
@@ -20,16 +23,20 @@ def run(
     adata: AnnData,
     *,
     label_key: str | None = None,
-    tasks: Sequence[str] = ("annotation", "clustering", "reconstruction", "geometry"),
+    batch_key: str | None = None,
+    tasks: Sequence[str] | None = None,
     use_reps: Sequence[str] | str = ("X_biomjepa", "X_pca"),
     baselines: Sequence[str] | None = None,
     layer: str | None = None,
     seeds: Sequence[int] = DEFAULT_SEEDS,
+    baseline_kwargs: Mapping[str, Any] | None = None,
     task_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> pd.DataFrame:
     """Run several ``bj.bench`` tasks and concatenate their tidy tables.
 
-    Baselines are computed once, before any task, and scored alongside ``use_reps``.
+    Baselines are computed once, before any task, on all cells of ``adata`` (the cells the model
+    embedded) and scored alongside ``use_reps`` with the same protocol (same support sets, k-means
+    seeds, neighbours).
 
     Parameters
     ----------
@@ -38,20 +45,27 @@ def run(
         baseline keys written when ``baselines`` is given.
     label_key
         ``obs`` label column (required by annotation, clustering and reconstruction).
+    batch_key
+        ``obs`` batch column (chemistry, donor): the ``"scvi"`` baseline is trained with it as its batch,
+        and the ``"integration"`` task (added to the default tasks) scores batch mixing over it.
     tasks
         Any of ``"annotation", "clustering", "reconstruction", "perturbation", "geometry", "integration"``
-        (``integration`` needs ``task_kwargs={"integration": {"batch_key": ...}}``; it uses ``label_key`` when given).
+        (None: the first four, with ``"integration"`` when ``batch_key`` is given). ``integration`` uses
+        ``label_key`` when given.
     use_reps
         ``obsm`` keys to score.
     baselines
-        Baselines to compute and add, see :func:`biomjepa.bench.add_baselines`.
+        Baselines to compute and add: any of ``"pca", "umap", "hvg", "scvi"``, see
+        :func:`biomjepa.bench.add_baselines`.
     layer
         Layer with raw counts (baselines, reconstruction target, geometry depth); None: X.
     seeds
         Seeds of every seeded task.
+    baseline_kwargs
+        Further arguments of :func:`biomjepa.bench.add_baselines`, e.g. ``{"scvi_max_epochs": 50}``.
     task_kwargs
         Extra keyword arguments per task, e.g. ``{"perturbation": {"perturbation_key": "condition"},
-        "reconstruction": {"budgets": (100,)}}``.
+        "reconstruction": {"budgets": (100,)}, "integration": {"scib": True}}``.
 
     Returns
     -------
@@ -60,17 +74,30 @@ def run(
     """
     from . import annotation, clustering, geometry, integration, perturbation, reconstruction
 
+    task_kwargs = {t: dict(kw) for t, kw in (task_kwargs or {}).items()}
+    if tasks is None:
+        tasks = DEFAULT_TASKS + (("integration",) if batch_key is not None else ())
+    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     unknown = set(tasks) - set(TASKS)
     if unknown:
         raise ValueError(f"unknown tasks {sorted(unknown)}; choose from {list(TASKS)}.")
     if _NEEDS_LABELS & set(tasks) and label_key is None:
         raise ValueError(f"tasks {sorted(_NEEDS_LABELS & set(tasks))} need `label_key=`.")
-    task_kwargs = dict(task_kwargs or {})
-    reps = resolve_reps(adata, use_reps, baselines, layer)
+    if "integration" in tasks:
+        ikw = task_kwargs.setdefault("integration", {})
+        if batch_key is not None:
+            ikw.setdefault("batch_key", batch_key)
+        if "batch_key" not in ikw:
+            raise ValueError("task 'integration' needs `batch_key=` (the obs column with each cell's batch).")
+        batch_key = ikw["batch_key"] if batch_key is None else batch_key
+        if ikw.get("scib"):
+            check_scib(ikw.get("label_key", label_key))
+    # every argument is checked here, before a baseline is written into adata
+    reps = resolve_reps(adata, use_reps, baselines, layer, batch_key=batch_key, **dict(baseline_kwargs or {}))
     funcs = {"annotation": annotation, "clustering": clustering, "reconstruction": reconstruction,
              "perturbation": perturbation, "geometry": geometry, "integration": integration}
     frames, attrs = [], {}
-    for t in progress(list(tasks), desc="bench"):
+    for t in progress(tasks, desc="bench"):
         kw: dict[str, Any] = {"use_reps": reps, "layer": layer}
         if t in _NEEDS_LABELS or (t == "integration" and label_key is not None):
             kw["label_key"] = label_key

@@ -17,6 +17,17 @@ DEFAULT_METRIC = {
     "reconstruction": "pearson",
     "perturbation": "pearson_lfc_all",
     "geometry": "effective_rank",
+    "integration": "cross_batch_share_within_label",
+}
+#: fallbacks when the default metric is absent (an integration table scored without labels).
+FALLBACK_METRIC = {"integration": "cross_batch_share"}
+#: legend names of the obsm keys ``bj.tl.embed`` and ``bj.bench.add_baselines`` write; others are shown as is.
+REP_LABELS = {
+    "X_biomjepa": "BioM-JEPA",
+    "X_pca50": "PCA-50",
+    "X_umap_pca50": "UMAP (PCA-50)",
+    "X_hvg": "HVG (log-norm.)",
+    "X_scvi": "scVI",
 }
 
 
@@ -30,7 +41,9 @@ def bench(
 ) -> Axes:
     """Point plot of one metric: x = setting (e.g. ``top1/top5/top9``), one colour per representation.
 
-    Points are means over seeds, error bars one standard deviation (none for a single seed).
+    Points are means over seeds, error bars one standard deviation (none for a single seed). BioM-JEPA
+    and the baselines of :func:`biomjepa.bench.add_baselines` (PCA-50, HVG, scVI) keep the same colour
+    and legend name in every plot; other ``obsm`` keys follow them in the colour cycle.
 
     Parameters
     ----------
@@ -38,7 +51,8 @@ def bench(
         Tidy table from any ``bj.bench`` task or :func:`biomjepa.bench.run`.
     metric
         Metric to plot (default: the task's headline metric — annotation ``macro_f1``, clustering ``avgbio``,
-        reconstruction ``pearson``, perturbation ``pearson_lfc_all``, geometry ``effective_rank``).
+        reconstruction ``pearson``, perturbation ``pearson_lfc_all``, geometry ``effective_rank``,
+        integration ``cross_batch_share_within_label``, else ``cross_batch_share``).
     task
         Task to plot when ``data`` holds several (default: the first one).
     ax
@@ -65,7 +79,10 @@ def bench(
     if task not in tasks:
         raise ValueError(f"task {task!r} not in the table (has {tasks}).")
     sub = data[data["task"] == task]
-    metric = metric or DEFAULT_METRIC.get(task, sub["metric"].iloc[0])
+    if metric is None:
+        metric = DEFAULT_METRIC.get(task, sub["metric"].iloc[0])
+        if metric not in set(sub["metric"]):
+            metric = FALLBACK_METRIC.get(task, sub["metric"].iloc[0])
     s = summarize(sub[sub["metric"] == metric])
     if len(s) == 0:
         raise ValueError(f"metric {metric!r} not found for task {task!r}; have {sorted(sub['metric'].unique())}.")
@@ -76,7 +93,8 @@ def bench(
     for j, rep in enumerate(reps):
         r = s[s["rep"] == rep].set_index("setting").reindex(settings)
         x = np.arange(len(settings)) + (j - (len(reps) - 1) / 2) * width
-        ax.errorbar(x, r["mean"], yerr=r["sd"].fillna(0), fmt="o", capsize=3, ms=5, lw=1, label=rep)
+        ax.errorbar(x, r["mean"], yerr=r["sd"].fillna(0), fmt="o", capsize=3, ms=5, lw=1, color=_colour(rep, reps),
+                    label=REP_LABELS.get(rep, rep))
     ax.set_xticks(np.arange(len(settings)), settings)
     ax.set_xlabel("setting")
     ax.set_ylabel(metric)
@@ -85,3 +103,12 @@ def bench(
     if show:
         plt.show()
     return ax
+
+
+def _colour(rep: str, reps: list[str]) -> str:
+    """A fixed colour (``C0``…) per known rep, the next free ones for the others in order of appearance."""
+    known = list(REP_LABELS)
+    if rep in known:
+        return f"C{known.index(rep)}"
+    others = [r for r in reps if r not in known]
+    return f"C{(len(known) + others.index(rep)) % 10}"
