@@ -235,16 +235,16 @@ def test_s1_bogus_device_argument_names_it():
         resolve_device("banana")
     assert resolve_device("CPU").type == "cpu"
     with pytest.raises(ValueError, match=r"device='tpu'"):
-        bj.train.TrainConfig(device="tpu")
+        bj.train.TrainConfig().replace(device="tpu")
 
 
 # --------------------------------------------------------------------------- T: configs and states
 @pytest.mark.parametrize(("item", "message"), [
-    ("batch_size=2.9", r"--set batch_size=2.9 \(float\): expected an integer"),
-    ("steps=abc", r"--set steps='abc' \(str\): expected an integer"),
-    ("lr=fast", r"--set lr='fast' \(str\): expected a number"),
-    ("tensorboard=maybe", r"--set tensorboard='maybe' \(str\): expected a boolean: true/false, yes/no or 1/0"),
-    ("seed=true", r"--set seed=True \(bool\): expected an integer"),
+    ("batch_size=2.9", r"override batch_size=2.9 \(float\): expected an integer"),
+    ("steps=abc", r"override steps='abc' \(str\): expected an integer"),
+    ("lr=fast", r"override lr='fast' \(str\): expected a number"),
+    ("tensorboard=maybe", r"override tensorboard='maybe' \(str\): expected a boolean: true/false, yes/no or 1/0"),
+    ("seed=true", r"override seed=True \(bool\): expected an integer"),
     ("random_ratio=[0.1]", r"random_ratio=\[0.1\] \(list\): expected a list of 2 numbers"),
     ("model_overrides=3", r"model_overrides=3 \(int\): expected a mapping"),
     ("max_genes=2048", r"'max_genes' was removed"),
@@ -294,7 +294,7 @@ def test_tensorboard_fallback_warns(tmp_path, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails as if not installed
     cfg = bj.train.load_config("tiny", ["tensorboard=true", "progress=false"])
     with caplog.at_level(logging.WARNING, logger="biomjepa.train.logs"):
-        log = StepLogger(tmp_path, ["step"], cfg)
+        log = StepLogger(tmp_path, ["step"], cfg.loop, steps=cfg.run.steps)
     log.close()
     assert "TensorBoard is unavailable" in caplog.text and "tensorboard: false" in caplog.text
 

@@ -8,7 +8,8 @@ from biomjepa.data.shards import Corpus, prepare_corpus
 from biomjepa.train.blocks import block_rng, sample_blocks
 from biomjepa.train.ema import make_teacher
 from biomjepa.train.inputs import build_inputs
-from biomjepa.train.jepa import JEPA, dmt_pool, teacher_targets
+from biomjepa.train.jepa import JEPA, dmt_pool
+from biomjepa.train.targets import teacher_targets
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +18,7 @@ def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("jepa")
     corpus = Corpus(prepare_corpus(make_shards(tmp / "d", n_shards=1, cells=6), tmp / "c"))
     from biomjepa.train.blocks import BlockConfig
-    from biomjepa.train.graph import GeneGraph
+    from biomjepa.data.graph import GeneGraph
 
     graph = GeneGraph.load(make_graph(tmp))
     cells = corpus.cells(0, np.arange(6))
@@ -91,7 +92,7 @@ def test_forward_teacher_targets_and_grads(setup):
 
 def test_centred_targets_global_and_per_gene(setup):
     """Global centre: block mean − c. Per-gene centre: mean over the block of (h_g − c_g), by hand."""
-    from biomjepa.train.jepa import centred_targets
+    from biomjepa.train.targets import centred_targets
 
     cells, sample, _ = setup
     _, teacher, inp = _tiny_jepa(cells, sample)
@@ -130,7 +131,7 @@ def test_update_centre_rows_only_touches_seen_genes():
 def test_cell_centred_targets_drop_the_cells_level(setup):
     """cell=True: every cell's (gene-centred) target tokens have mean zero, and a per-cell shift of
     the teacher states changes nothing (the depth-set level is no target)."""
-    from biomjepa.train.jepa import centred_targets
+    from biomjepa.train.targets import centred_targets
 
     cells, sample, _ = setup
     _, teacher, inp = _tiny_jepa(cells, sample)

@@ -43,7 +43,7 @@ def test_single_row_and_effective_rank():
 
 def test_unit_rms_targets_have_rms_one_and_keep_direction():
     from biomjepa.train.config import TrainConfig
-    from biomjepa.train.objectives import unit_rms
+    from biomjepa.train.levers import unit_rms
 
     t = 0.02 * torch.randn(50, 8)
     scaled = unit_rms(t)
@@ -57,7 +57,7 @@ def test_depth_fit_removes_only_what_depth_predicts():
     """cell_centre_depth: a level that is linear in log(detected genes) is removed exactly; what
     differs between cells of equal depth survives; too few cells fit only the batch mean."""
     from biomjepa.train.config import TrainConfig
-    from biomjepa.train.jepa import depth_fit
+    from biomjepa.train.levers import depth_fit
 
     detected = torch.tensor([200.0, 200.0, 800.0, 800.0, 3200.0, 3200.0])
     x = detected.log()
@@ -69,6 +69,6 @@ def test_depth_fit_removes_only_what_depth_predicts():
     two = torch.randn(2, 3)
     torch.testing.assert_close(depth_fit(two, torch.tensor([10.0, 99.0])), two.mean(0, keepdim=True).expand(2, 3))
     with pytest.raises(ValueError, match="exclude each other"):
-        TrainConfig(target_centre="gene", cell_centre=True, cell_centre_depth=True)
-    with pytest.raises(ValueError, match="needs target_centre='gene'"):
-        TrainConfig(cell_centre_depth=True)
+        TrainConfig().replace(target_centre="gene", cell_centre=True, cell_centre_depth=True)
+    with pytest.raises(ValueError, match="needs teacher.target_centre='gene'"):
+        TrainConfig().replace(cell_centre_depth=True)

@@ -106,12 +106,12 @@ class JEPA(nn.Module):
     def from_train_config(cls, cfg) -> JEPA:
         return cls(
             cfg.model_config(),
-            pred_layers=cfg.pred_layers,
-            pred_heads=cfg.pred_heads,
-            pred_dropout=cfg.pred_dropout,
-            pred_width=cfg.pred_width,
-            tau=cfg.tau,
-            decoder=cfg.objective == "decoder",
+            pred_layers=cfg.model.pred_layers,
+            pred_heads=cfg.model.pred_heads,
+            pred_dropout=cfg.model.pred_dropout,
+            pred_width=cfg.model.pred_width,
+            tau=cfg.model.tau,
+            decoder=cfg.loss.objective == "decoder",
         )
 
     def forward(self, inputs, *, with_embedding: bool = False):
@@ -146,81 +146,3 @@ def teacher_token_states(teacher: Encoder, inputs, n_units: int, *, norm: bool =
     n, T, D = h.shape
     cell = torch.div(inputs.tgt_unit, n_units, rounding_mode="floor")
     return h.reshape(n * T, D)[cell * T + inputs.tgt_pos]
-
-
-def unit_means(states: torch.Tensor, unit: torch.Tensor, n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean of ``states [M, D]`` per unit index ``unit [M]`` → ``([n_rows, D], counts [n_rows])``."""
-    sums = torch.zeros(n_rows, states.shape[1], device=states.device).index_add_(0, unit, states)
-    counts = torch.bincount(unit, minlength=n_rows).to(states.dtype)
-    return sums / counts.clamp(min=1)[:, None], counts
-
-
-@torch.no_grad()
-def teacher_targets(
-    teacher: Encoder, inputs, n_units: int, *, norm: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean teacher state over each unit's target genes (uncentred): ``([n·U, D], counts [n·U])``."""
-    states = teacher_token_states(teacher, inputs, n_units, norm=norm)
-    return unit_means(states, inputs.tgt_unit, inputs.valid.numel())
-
-
-def depth_fit(level: torch.Tensor, detected: torch.Tensor) -> torch.Tensor:
-    """Least-squares fit of ``level [n, D]`` on ``[1, log detected [n]]`` across the ``n`` cells.
-
-    The part of each cell's level that its depth (detected genes) predicts linearly within the
-    batch. With fewer than 3 cells, or cells of one depth, only the batch mean is fitted.
-    """
-    x = detected.clamp(min=1).log()
-    x = x - x.mean()
-    mean = level.mean(0, keepdim=True)
-    ss = (x * x).sum()
-    if level.shape[0] < 3 or float(ss) <= 1e-12:
-        return mean.expand_as(level)
-    slope = (x[:, None] * (level - mean)).sum(0, keepdim=True) / ss  # [1, D]
-    return mean + x[:, None] * slope
-
-
-@torch.no_grad()
-def centred_targets(
-    teacher: Encoder,
-    inputs,
-    n_units: int,
-    centre: torch.Tensor,
-    *,
-    norm: bool = False,
-    cell: bool = False,
-    cell_depth: bool = False,
-):
-    """Centred block targets ``[n·U, D]`` and the statistics that update the centre.
-
-    ``centre`` ``[D]`` (the paper's global EMA centre): ``t_k = mean_{g∈T_k} h_g − c``; the
-    statistics are the uncentred unit means. ``centre`` ``[V, D]`` (per-gene centre): every token
-    state is centred by its own gene's EMA state before the block mean, ``t_k = mean_{g∈T_k}(h_g −
-    c_g)``, so a target carries what is specific to this cell, not which genes the block holds;
-    the statistics are per-gene sums ``[V, D]`` and counts ``[V]`` of the raw states.
-
-    ``cell=True`` (our addition, ``TrainConfig.cell_centre``) then subtracts each cell's mean
-    centred target-token state, so a level shared by all of a cell's genes (its depth, read from
-    the count-1 values and the library token that the student sees too) is not a target.
-    ``cell_depth=True`` (``TrainConfig.cell_centre_depth``) subtracts only the part of that cell
-    level that the batch's cells' depth predicts: the least-squares fit of the level on
-    ``[1, log detected genes]`` across the micro-batch (:func:`depth_fit`), so what differs
-    between cells of equal depth stays a target.
-    """
-    states = teacher_token_states(teacher, inputs, n_units, norm=norm)
-    rows = inputs.valid.numel()
-    if centre.ndim == 1:
-        means, _ = unit_means(states, inputs.tgt_unit, rows)
-        return means - centre, means
-    gene = inputs.tgt_gene
-    centred = states - centre[gene]
-    if cell or cell_depth:
-        cells = torch.div(inputs.tgt_unit, n_units, rounding_mode="floor")
-        level, _ = unit_means(centred, cells, inputs.valid.shape[0])
-        if cell_depth:
-            level = depth_fit(level, inputs.teacher.mask.sum(1).to(level.dtype))
-        centred = centred - level[cells]
-    targets, _ = unit_means(centred, inputs.tgt_unit, rows)
-    sums = torch.zeros_like(centre).index_add_(0, gene, states)
-    counts = torch.bincount(gene, minlength=centre.shape[0]).to(states.dtype)
-    return targets, (sums, counts)

@@ -7,13 +7,16 @@ import logging
 import math
 from pathlib import Path
 
+from .sections import LoopSection
+
 logger = logging.getLogger(__name__)
 
 
 class StepLogger:
     """Appends one CSV row per step to ``run_dir/log.csv`` (rank 0 only)."""
 
-    def __init__(self, run_dir: Path, fields: list[str], cfg, *, enabled: bool = True, start: int = 0) -> None:
+    def __init__(self, run_dir: Path, fields: list[str], cfg: LoopSection, *, steps: int, enabled: bool = True,
+                 start: int = 0) -> None:
         self.enabled, self.fields = enabled, fields
         self.bar = self.tb = self.file = None
         if not enabled:
@@ -33,13 +36,13 @@ class StepLogger:
                 self.tb = None
                 logger.warning(
                     "tensorboard: true, but TensorBoard is unavailable (%s: %s); logging to %s only. "
-                    "Install it (`pip install tensorboard`) or set `tensorboard: false`.",
+                    "Install it (`pip install tensorboard`) or set `loop.tensorboard: false`.",
                     type(err).__name__, err, path,
                 )
         if cfg.progress:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=cfg.steps, initial=start, desc="pretrain", dynamic_ncols=True)
+            self.bar = tqdm(total=steps, initial=start, desc="pretrain", dynamic_ncols=True)
         self.every = max(1, cfg.log_every)
 
     def write(self, row: dict) -> None:

@@ -1,29 +1,32 @@
-"""The pretraining loop (Algorithm S1): sample blocks → teacher/student/predictor → loss → AdamW → EMA.
+"""The pretraining loop (Algorithm S1): teacher targets → student predictions → loss → AdamW → EMA.
 
-Per optimizer step ``s``: ``accumulation`` micro-batches (block sampling seeded by
+Per optimizer step ``s``: ``data.accumulation`` micro-batches (block sampling seeded by
 ``block_rng(seed, s, rank, micro)``), gradients averaged over micro-batches and ranks (DDP),
-clipped to ``grad_clip``, AdamW with ``lr_at(s)``, then the teacher EMA with ``momentum_at(s)``
+clipped to ``optim.grad_clip``, AdamW with ``lr_at(s)``, then the teacher EMA with ``momentum_at(s)``
 and the EMA centre with the step's (all-reduced) mean teacher block state.
 
-Documented choices: AdamW weight decay applies to matrices only (not biases, LayerNorms, the mask
-vector); bf16 autocast on CUDA only (float32 on CPU, which keeps resume bit-exact); a NaN/Inf loss
-or gradient norm on any rank *skips* the step on all ranks (no update, no EMA; counted in
-``bad_steps``) and the run stops with :class:`FloatingPointError` after ``max_bad_steps``
-consecutive bad steps.
+Documented choices: bf16 autocast on CUDA only (float32 on CPU, which keeps resume bit-exact); a
+NaN/Inf loss or gradient norm on any rank *skips* the step on all ranks (no update, no EMA; counted
+in ``bad_steps``) and the run stops with :class:`FloatingPointError` after ``loop.max_bad_steps``
+consecutive bad steps. The torch RNG drives initialisation (seeded with ``run.seed``) and dropout
+(its state is saved and restored with every checkpoint); :func:`pretrain` gives the caller's global
+RNG states back unchanged when it returns.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .._device import autocast
 from .._files import atomic_path
-from ..data.shards import Corpus, ShardStream, prepare_corpus
+from ..data.shards import ShardStream
 from .blocks import block_rng, sample_blocks
 from .checkpoint import load_latest_state, rng_state, save_state, set_rng_state
 from .config import TrainConfig, load_config
@@ -35,6 +38,15 @@ from .objectives import compute_objective, effective_rank
 from .resume import check_resume, check_resume_corpus, inputs_record, record_changes
 from .runlock import lock_run_dir, unlock_run_dir
 from .schedules import lr_at, momentum_at
+from .setup import (
+    check_shapes,
+    init_gene_embedding,
+    make_optimizer,
+    open_corpus,
+    open_graph,
+    run_dir_of,
+    state_hash,
+)
 from .signals import GracefulStop
 from .views import gene_budget
 
@@ -43,76 +55,50 @@ LOG_FIELDS = [
     "step", "loss", "align", "cosine", "var", "cov", "recon", "embed_var", "embed_cov", "lr", "momentum", "coverage", "fallback",
     "dmt_fallback", "effective_rank", "grad_norm", "bad_steps", "cells_per_s", "tokens_per_s",
 ]
+#: ``on_checkpoint(step, teacher, run_dir)``: called on rank 0 after every saved state (and at step 0)
+CheckpointHook = Callable[[int, torch.nn.Module, Path], None]
+
+__all__ = ["LOG_FIELDS", "Trainer", "pretrain", "run_dir_of", "state_hash"]
 
 
-def pretrain(config: TrainConfig | dict | str | Path, overrides: list[str] | None = None) -> Path:
+def pretrain(config: TrainConfig | dict | str | Path, overrides: list[str] | None = None, *,
+             on_checkpoint: CheckpointHook | None = None) -> Path:
     """Pretrain BioM-JEPA; resumes from the run directory's latest checkpoint. Returns the run directory.
 
     ``config`` is a :class:`TrainConfig`, a dict, a preset name (``tiny``/``mini``/``base``) or a
-    YAML path; ``overrides`` are ``key=value`` strings. Under ``torchrun`` every rank calls this.
+    YAML path; ``overrides`` are ``section.key=value`` strings. ``on_checkpoint`` is called on rank 0
+    with ``(step, teacher, run_dir)`` at step 0 and after every saved state; with a ``probe`` section
+    and no hook, the held-out probe (:func:`biomjepa.train.probe.probe_hook`) is used. Under
+    ``torchrun`` every rank calls this.
     """
     cfg = load_config(config, overrides)
-    info = init_distributed(cfg.device)
+    if on_checkpoint is None and cfg.probe.path is not None:
+        from .probe import probe_hook
+
+        on_checkpoint = probe_hook(cfg.probe, seed=cfg.run.seed)
+    info = init_distributed(cfg.loop.device)
     try:
-        return Trainer(cfg, info).run()
+        with _caller_rng_kept():
+            return Trainer(cfg, info, on_checkpoint=on_checkpoint).run()
     finally:
         cleanup(info)
 
 
-def run_dir_of(cfg: TrainConfig) -> Path:
-    return Path(cfg.out_dir) / (cfg.run_name or f"{cfg.objective}-{cfg.model}")
-
-
-def open_corpus(cfg: TrainConfig, run_dir: Path, info: DistInfo) -> Corpus:
-    """Prepare (rank 0) and open the shard cache named by ``cfg.corpus``/``cfg.cache_dir``."""
-    if cfg.corpus is None:
-        raise ValueError("TrainConfig.corpus is not set: give h5ad/npz files, a glob, or a prepared cache.")
-    if isinstance(cfg.corpus, str) and (Path(cfg.corpus) / "manifest.json").is_file():
-        return Corpus(cfg.corpus)
-    cache = Path(cfg.cache_dir) if cfg.cache_dir else run_dir / "corpus"
-    if info.is_main:
-        prepare_corpus(cfg.corpus, cache, vocab_size=cfg.model_config().vocab_size)
-    barrier(info)
-    return Corpus(cache)
-
-
-def open_graph(cfg: TrainConfig, corpus: Corpus, info: DistInfo):
-    """The gene graph: ``cfg.graph`` if given, else STRING (bundled) ∪ corpus coexpression, cached.
-
-    The cache (``CORPUS_CACHE/graph``) is rebuilt when it was made for another corpus key or other
-    parameters; it is the graph ``biomjepa graph`` builds for the same corpus (``--top-k`` =
-    ``max(64, dmt_k)``, ``--seed`` = the run's ``seed``).
-    """
-    from .corpus_graph import TOP_K, build_corpus_graph, cached_graph_is_current, graph_params
-    from .graph import GeneGraph
-
-    if cfg.objective == "random_block":
-        return None
-    if cfg.graph:
-        return GeneGraph.load(cfg.graph)
-    path = corpus.root / "graph"
-    params = graph_params(top_k=max(TOP_K, cfg.dmt_k), seed=cfg.seed)
-    if info.is_main and not cached_graph_is_current(path, corpus.meta["key"], params):
-        if (path / "graph.npz").is_file():
-            logger.info("rebuilding the cached gene graph %s: it was built for another corpus or parameters", path)
-        build_corpus_graph(corpus, params).save(path)
-    barrier(info)
-    return GeneGraph.load(path)
-
-
-def state_hash(module: torch.nn.Module) -> str:
-    h = hashlib.sha256()
-    for k, v in sorted(module.state_dict().items()):
-        h.update(k.encode())
-        h.update(v.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
+@contextlib.contextmanager
+def _caller_rng_kept():
+    """Give the caller's global RNG states (torch, CUDA, numpy, python) back after the run."""
+    before = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(before)
 
 
 class Trainer:
-    """Holds the run's objects; :meth:`run` trains from ``self.step`` to ``cfg.steps``."""
+    """Holds the run's objects; :meth:`run` trains from ``self.step`` to ``run.steps``."""
 
-    def __init__(self, cfg: TrainConfig, info: DistInfo) -> None:
-        self.cfg, self.info = cfg, info
+    def __init__(self, cfg: TrainConfig, info: DistInfo, *, on_checkpoint: CheckpointHook | None = None) -> None:
+        self.cfg, self.info, self.on_checkpoint = cfg, info, on_checkpoint
         self.run_dir = run_dir_of(cfg)
         if info.is_main:
             lock_run_dir(self.run_dir)  # one process per run directory, before anything there is read or written
@@ -123,15 +109,31 @@ class Trainer:
                 unlock_run_dir(self.run_dir)
             raise
 
+    # ---------------------------------------------------------------- setup, in named steps
     def _setup(self) -> None:
-        cfg, info = self.cfg, self.info
-        latest = load_latest_state(self.run_dir, map_location=info.device)  # falls back past a damaged file
+        saved = self._read_saved_state()
+        self._open_data(saved)
+        self.graph = open_graph(self.cfg, self.corpus, self.info)
+        self._build_models(fresh=saved is None)
+        self.step, self.bad_steps, self.consecutive_bad = 0, 0, 0
+        torch.manual_seed(self.cfg.run.seed * 1000 + 1 + self.info.rank)  # per-rank dropout stream
+        if saved is not None:
+            self._restore(saved)
+        self.ddp = wrap_ddp(self.model, self.info)
+
+    def _read_saved_state(self) -> dict | None:
+        """The latest intact state, checked against this config before the corpus cache or config.yaml change."""
+        latest = load_latest_state(self.run_dir, map_location=self.info.device)  # falls back past a damaged file
         saved = latest[1] if latest is not None else None
-        changes = []
-        if saved is not None:  # before the corpus cache or config.yaml can be rewritten
-            changes = check_resume(saved, cfg, self.run_dir)
-        barrier(info)
+        self._changes = check_resume(saved, self.cfg, self.run_dir) if saved is not None else []
+        barrier(self.info)
+        return saved
+
+    def _open_data(self, saved: dict | None) -> None:
+        """Open the corpus; record the settings a resume changed and the run's config.yaml."""
+        cfg, info = self.cfg, self.info
         self.corpus = open_corpus(cfg, self.run_dir, info)
+        changes = self._changes
         if saved is not None:
             changes += check_resume_corpus(saved, self.corpus.meta, cfg, self.run_dir)
         self.config_changes = [*(saved or {}).get("config_changes", []), *changes]
@@ -139,70 +141,32 @@ class Trainer:
             record_changes(self.run_dir, changes)
             with atomic_path(self.run_dir / "config.yaml") as tmp:
                 cfg.to_yaml(tmp)
-        self.graph = open_graph(cfg, self.corpus, info)
-        torch.manual_seed(cfg.seed)  # identical initialisation on every rank
-        self.model = JEPA.from_train_config(cfg).to(info.device)
-        if cfg.gene_init == "pca" and saved is None:
-            self._init_gene_embedding()
+
+    def _build_models(self, fresh: bool) -> None:
+        """Student + predictor (identical on every rank), EMA teacher, centre and optimiser."""
+        cfg, device = self.cfg, self.info.device
+        torch.manual_seed(cfg.run.seed)  # identical initialisation on every rank
+        self.model = JEPA.from_train_config(cfg).to(device)
+        if cfg.model.gene_init == "pca" and fresh:
+            init_gene_embedding(self.model, self.corpus, cfg.model, cfg.run.seed, device)
         self.teacher = make_teacher(self.model.student)
         mc = self.model.config
-        shape = (mc.vocab_size + 2, mc.d_model) if cfg.target_centre == "gene" else (mc.d_model,)
-        self.centre = torch.zeros(shape, device=info.device)
-        self.optimizer = self._optimizer()
-        self.step, self.bad_steps, self.consecutive_bad = 0, 0, 0
-        torch.manual_seed(cfg.seed * 1000 + 1 + info.rank)  # per-rank dropout stream
-        if saved is not None:
-            self._restore(saved)
-        self.ddp = wrap_ddp(self.model, info)
-
-    def _check_shapes(self, saved: dict) -> None:
-        """Refuse (before ``load_state_dict``) a state whose tensors do not fit this model."""
-        own = self.model.state_dict()
-        saved_model = saved.get("model", {})
-        diff = [f"{k}: saved {tuple(v.shape)} → now {tuple(own[k].shape)}" for k, v in saved_model.items()
-                if k in own and tuple(v.shape) != tuple(own[k].shape)]
-        missing = sorted(set(own) ^ set(saved_model))
-        if not diff and not missing:
-            return
-        detail = "; ".join(diff[:4]) + (f" (+{len(diff) - 4} more)" if len(diff) > 4 else "")
-        if missing:
-            detail += ("; " if detail else "") + f"parameters only in one of them: {missing[:4]}"
-        raise ValueError(
-            f"{self.run_dir} holds a training state (step {saved.get('step')}) of a model with another architecture, "
-            f"which cannot be resumed even with allow_resume_mismatch: {detail}. Restore the saved model settings "
-            f"(model, model_overrides, pred_*), or give this run a new `run_name`/`out_dir`."
-        )
-
-    def _init_gene_embedding(self) -> None:
-        """``gene_init: pca``: gene embeddings (and the predictor's block queries) from corpus PCA loadings."""
-        from .gene_init import pca_gene_embedding
-
-        mc = self.model.config
-        E = pca_gene_embedding(self.corpus, mc.vocab_size, mc.d_model, scale=self.cfg.gene_init_scale,
-                               seed=self.cfg.seed)
-        E = torch.from_numpy(E).to(self.info.device)
-        with torch.no_grad():
-            self.model.student.gene_embedding.weight[: mc.vocab_size].copy_(E)
-            self.model.predictor.query_embedding.weight.copy_(E)
-
-    def _optimizer(self) -> torch.optim.Optimizer:
-        decay = [p for p in self.model.parameters() if p.ndim >= 2]
-        other = [p for p in self.model.parameters() if p.ndim < 2]
-        groups = [{"params": decay, "weight_decay": self.cfg.weight_decay}, {"params": other, "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=self.cfg.lr, betas=(self.cfg.beta1, self.cfg.beta2))
+        shape = (mc.vocab_size + 2, mc.d_model) if cfg.teacher.target_centre == "gene" else (mc.d_model,)
+        self.centre = torch.zeros(shape, device=device)
+        self.optimizer = make_optimizer(self.model, cfg.optim)
 
     # ---------------------------------------------------------------- state
     def state(self) -> dict:
         return {
             "step": self.step,
-            "consumed": self.step * self.cfg.accumulation,
+            "consumed": self.step * self.cfg.data.accumulation,
             "model": self.model.state_dict(),
             "teacher": self.teacher.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "centre": self.centre.detach().cpu(),
             "bad_steps": self.bad_steps,
             "rng": rng_state(),
-            "config": self.cfg.to_dict(),
+            "config": self.cfg.flat(),  # the flat form: states stay readable by every version
             "model_config": self.model.config.to_dict(),
             "corpus": self._corpus_record(),
             "config_changes": [dict(c) for c in self.config_changes],
@@ -217,7 +181,7 @@ class Trainer:
         return out
 
     def _restore(self, state: dict) -> None:
-        self._check_shapes(state)
+        check_shapes(self.model, state, self.run_dir)
         self.model.load_state_dict(state["model"])
         self.teacher.load_state_dict(state["teacher"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -228,53 +192,42 @@ class Trainer:
 
     def save(self) -> None:
         if self.info.is_main:
-            save_state(self.run_dir, self.state(), keep=self.cfg.keep_checkpoints)
-            self._score_probe()
+            save_state(self.run_dir, self.state(), keep=self.cfg.loop.keep_checkpoints)
+            self._checkpoint_hook()
         barrier(self.info)
 
-    def _score_probe(self) -> None:
-        """Append the teacher's probe-set geometry (rank, depth association, F1) to ``probe.csv``."""
-        if self.cfg.probe is None:
-            return
-        from .probe import append_rows, load_probe, probe_scores
-
-        if getattr(self, "_probe", None) is None:
-            cfg = self.cfg
-            self._probe = load_probe(cfg.probe, obs=cfg.probe_obs, label_key=cfg.probe_label_key,
-                                     max_cells=cfg.probe_cells, seed=cfg.seed)
-        rows = probe_scores(self.teacher, self._probe, self.step)
-        append_rows(self.run_dir / "probe.csv", rows)
-        for r in rows:
-            logger.info("probe step %d %s: effective rank %.1f, depth_nnz %.2f, F1(k=5) %.3f", self.step,
-                        r["pooling"], r["effective_rank"], r["depth_nnz"], r["macro_f1_k5"])
+    def _checkpoint_hook(self) -> None:
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(self.step, self.teacher, self.run_dir)
 
     # ---------------------------------------------------------------- loop
     def batches(self):
-        cfg, info = self.cfg, self.info
-        stream = ShardStream(self.corpus, batch_size=cfg.batch_size, seed=cfg.seed, rank=info.rank,
+        cfg, info = self.cfg.data, self.info
+        seed = self.cfg.run.seed
+        stream = ShardStream(self.corpus, batch_size=cfg.batch_size, seed=seed, rank=info.rank,
                              world=info.world, start=self.step * cfg.accumulation, sort_pool=cfg.sort_pool)
         # own generator: creating the iterator must not consume the global (dropout) RNG stream
-        gen = torch.Generator().manual_seed(cfg.seed)
+        gen = torch.Generator().manual_seed(seed)
         loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=cfg.num_workers, generator=gen)
         return iter(loader)
 
     def run(self) -> Path:
-        """Train to ``min(steps, stop_at)``; SIGTERM/SIGINT end the run after the current step, with a saved state."""
+        """Train to ``min(run.steps, run.stop_at)``; SIGTERM/SIGINT end the run after the current step, saved."""
         from .logs import StepLogger
 
-        cfg = self.cfg
-        log = StepLogger(self.run_dir, LOG_FIELDS, cfg, enabled=self.info.is_main, start=self.step)
+        run, loop = self.cfg.run, self.cfg.loop
+        log = StepLogger(self.run_dir, LOG_FIELDS, loop, steps=run.steps, enabled=self.info.is_main, start=self.step)
         data = self.batches()
         saved_at = self.step
         try:
             with GracefulStop() as stop:
                 if self.step == 0 and self.info.is_main:
-                    self._score_probe()  # the untrained encoder: the start of the rank/depth trajectory
-                end = min(cfg.steps, cfg.stop_at or cfg.steps)
+                    self._checkpoint_hook()  # the untrained encoder: the start of the probe's trajectory
+                end = min(run.steps, run.stop_at or run.steps)
                 while self.step < end and not self._stop_agreed(stop):
                     log.write(self.train_step(data))
                     self.step += 1
-                    if self.step % cfg.checkpoint_every == 0 or self.step == end:
+                    if self.step % loop.checkpoint_every == 0 or self.step == end:
                         self.save()
                         saved_at = self.step
                 if stop.signum is not None or self.step < end:
@@ -297,50 +250,56 @@ class Trainer:
         return flag > 0
 
     def _micro(self, batch, micro: int):
+        """One micro-batch's inputs: the teacher's gene budget, blocks and context, on the device."""
         cfg, info = self.cfg, self.info
-        rng = block_rng(cfg.seed, self.step, info.rank, micro)
-        cells = gene_budget(batch.cells, cfg.teacher_genes, rng)
+        rng = block_rng(cfg.run.seed, self.step, info.rank, micro)
+        cells = gene_budget(batch.cells, cfg.data.teacher_genes, rng)
         sample = sample_blocks(cells.indptr, cells.genes, self.graph, cfg.block_config(), rng,
                                vocab_size=self.model.config.vocab_size)
-        inputs = build_inputs(cells, sample, self.model.config.vocab_size, objective=cfg.objective,
-                              token_cap=cfg.token_cap, rng=rng).to(info.device)
-        if cfg.log_cell_ids:
+        inputs = build_inputs(cells, sample, self.model.config.vocab_size, objective=cfg.loss.objective,
+                              token_cap=cfg.loss.token_cap, rng=rng).to(info.device)
+        if cfg.loop.log_cell_ids:
             with open(self.run_dir / f"cell_ids_rank{info.rank}.txt", "a") as f:
                 np.savetxt(f, np.c_[np.full(len(batch.ids), self.step), batch.ids], fmt="%d")
         return inputs
 
     def train_step(self, data) -> dict:
+        """Targets → predictions → loss per micro-batch (gradients summed), then one AdamW step and the EMA."""
         cfg, info = self.cfg, self.info
         t0 = time.perf_counter()
-        lr = lr_at(self.step, lr=cfg.lr, min_lr=cfg.min_lr, warmup_steps=cfg.warmup_steps, total_steps=cfg.steps)
-        mom = momentum_at(self.step, start=cfg.momentum_start, end=cfg.momentum_end, total_steps=cfg.steps,
-                          kind=cfg.momentum_schedule)
-        for g in self.optimizer.param_groups:
-            g["lr"] = lr
+        lr, mom = self._schedules()
         self.model.train()
         scal, csum, ccount, preds, stats = [], None, None, [], []
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=info.device.type == "cuda" and cfg.bf16)
-        for micro in range(cfg.accumulation):
+        amp = autocast(info.device, enabled=cfg.loop.bf16)  # the package's one precision choice (bf16 on CUDA)
+        for micro in range(cfg.data.accumulation):
             inputs = self._micro(next(data), micro)
-            sync = micro == cfg.accumulation - 1 or not info.enabled
-            ctx = self.ddp.no_sync() if not sync else _null()
-            with ctx, autocast:
-                terms, aux = compute_objective(self.ddp, self.teacher, inputs, self.centre, cfg)
-                (terms.total / cfg.accumulation).backward()
+            sync = micro == cfg.data.accumulation - 1 or not info.enabled
+            with self.ddp.no_sync() if not sync else contextlib.nullcontext(), amp:
+                terms, aux = compute_objective(self.ddp, self.teacher, inputs, self.centre, cfg.loss, cfg.teacher)
+                (terms.total / cfg.data.accumulation).backward()
             scal.append(terms.scalars())
             stats.append(inputs.stats)
             preds.append(aux["pred"])
             if aux["centre_stats"] is not None:
                 s_, c_ = aux["centre_stats"]
                 csum, ccount = (s_, c_) if csum is None else (csum + s_, ccount + c_)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        ok = self._finite(scal, grad_norm)
-        if ok:
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
+        if self._finite(scal, grad_norm):
             self.optimizer.step()
             ema_update(self.teacher, self.model.student, mom)
             self._update_centre(csum, ccount)
         self.optimizer.zero_grad(set_to_none=True)
         return self._row(scal, stats, preds, lr, mom, float(grad_norm), time.perf_counter() - t0)
+
+    def _schedules(self) -> tuple[float, float]:
+        """This step's learning rate (set on the optimiser) and EMA momentum: pure functions of the step."""
+        o, t, steps = self.cfg.optim, self.cfg.teacher, self.cfg.run.steps
+        lr = lr_at(self.step, lr=o.lr, min_lr=o.min_lr, warmup_steps=o.warmup_steps, total_steps=steps)
+        mom = momentum_at(self.step, start=t.momentum_start, end=t.momentum_end, total_steps=steps,
+                          kind=t.momentum_schedule)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        return lr, mom
 
     def _finite(self, scal: list[dict], grad_norm: torch.Tensor) -> bool:
         bad = any(not np.isfinite(s["loss"]) for s in scal) or not bool(torch.isfinite(grad_norm))
@@ -352,7 +311,7 @@ class Trainer:
         self.consecutive_bad += 1
         logger.warning("step %d: non-finite loss or gradient; step skipped (%d in a row)",
                        self.step, self.consecutive_bad)
-        if self.consecutive_bad >= self.cfg.max_bad_steps:
+        if self.consecutive_bad >= self.cfg.loop.max_bad_steps:
             raise FloatingPointError(
                 f"{self.consecutive_bad} consecutive steps with NaN/Inf loss or gradients (last step "
                 f"{self.step}); lower `lr`, check the corpus for non-count data, or raise `max_bad_steps`."
@@ -373,7 +332,7 @@ class Trainer:
         buf = torch.cat([csum.reshape(-1), ccount.reshape(-1).to(csum.dtype)])
         all_reduce_(buf, self.info)
         sums, counts = buf[: csum.numel()].view_as(csum), buf[csum.numel():].view_as(ccount)
-        rate = self.cfg.centre_rate
+        rate = self.cfg.teacher.centre_rate
         if self.centre.ndim == 1:
             if counts > 0:
                 update_centre(self.centre, sums / counts, rate)
@@ -393,11 +352,3 @@ class Trainer:
         row = all_reduce_mean(row, self.info)
         row.update(step=self.step, lr=lr, momentum=mom, bad_steps=self.bad_steps)
         return row
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .jepa import centred_targets
+from .levers import unit_rms
+from .sections import LossSection, TeacherSection
+from .targets import centred_targets
 
 VAR_EPS = 1e-4
 
@@ -71,7 +73,7 @@ def covariance_penalty(z: torch.Tensor) -> torch.Tensor:
     return off.pow(2).sum() / d
 
 
-def jepa_loss(pred: torch.Tensor, target: torch.Tensor, cfg) -> LossTerms:
+def jepa_loss(pred: torch.Tensor, target: torch.Tensor, cfg: LossSection) -> LossTerms:
     """BioM-JEPA loss on valid units: ``pred``, ``target`` ``[N, D]`` (``target`` already centred, no grad)."""
     pred, target = pred.float(), target.float()
     align = alignment(pred, target)
@@ -82,7 +84,7 @@ def jepa_loss(pred: torch.Tensor, target: torch.Tensor, cfg) -> LossTerms:
     return LossTerms(total, align.detach(), cos.detach(), var.detach(), cov.detach())
 
 
-def _embedding_regularizer(terms: LossTerms, emb: torch.Tensor | None, cfg) -> None:
+def _embedding_regularizer(terms: LossTerms, emb: torch.Tensor | None, cfg: LossSection) -> None:
     """Optional VICReg terms on the student's pooled cell embedding ``emb [n, 2D]`` (our addition).
 
     ``λ_ev · L_var(emb) + λ_ec · L_cov(emb)`` on the per-feature standardized-by-nothing pooled
@@ -109,48 +111,48 @@ def effective_rank(z: torch.Tensor) -> float:
     return float(torch.exp(-(p * p.log()).sum()))
 
 
-def unit_rms(targets: torch.Tensor) -> torch.Tensor:
-    """``targets [N, D]`` divided by their root-mean-square entry (``TrainConfig.target_scale``).
+def compute_objective(
+    model, teacher, inputs, centre: torch.Tensor, loss: LossSection, targets: TeacherSection
+) -> tuple[LossTerms, dict]:
+    """One micro-batch: teacher targets → student predictions → loss.
 
-    Gene- and cell-centred block targets are small (RMS ≈ 0.02 for ``mini``) next to the variance
-    hinge's γ = 1, so the hinge, not the alignment, sets the predictions' scale. Rescaled targets
-    have RMS 1: the hinge and the alignment then ask for the same scale. A scalar per batch, no
-    gradient; the EMA centre still sees the unscaled statistics.
+    ``model`` is a :class:`JEPA` (possibly DDP-wrapped), ``teacher`` its EMA encoder. Returns the
+    :class:`LossTerms` and ``aux``: ``centre_stats`` (sums and counts of the uncentred teacher states
+    that update the EMA centre: ``([D], [])`` for the global centre, ``([V, D], [V])`` for the
+    per-gene centre; ``None`` for the decoder) and ``pred`` (valid predictions, detached).
     """
-    rms = targets.detach().pow(2).mean().sqrt().clamp(min=1e-8)
-    return targets / rms
-
-
-def compute_objective(model, teacher, inputs, centre: torch.Tensor, cfg) -> tuple[LossTerms, dict]:
-    """Run ``model`` (a :class:`JEPA`, possibly DDP-wrapped) and ``teacher`` on one micro-batch.
-
-    Returns the :class:`LossTerms` and ``aux``: ``centre_stats`` (sums and counts of the uncentred
-    teacher states that update the EMA centre: ``([D], [])`` for the global centre, ``([V, D], [V])``
-    for the per-gene centre; ``None`` for the decoder) and ``pred`` (valid predictions, detached).
-    """
-    reg = cfg.lambda_embed_var > 0 or cfg.lambda_embed_cov > 0
-    out = model(inputs, with_embedding=reg)
-    pred, emb = out if reg else (out, None)  # [n, U, D], [n, 2D]
-    n, U, D = pred.shape
+    if loss.objective == "decoder":
+        return _decoder_objective(model, inputs, loss)
     valid = inputs.valid.reshape(-1)
-    flat_pred = pred.reshape(n * U, D)
-    if cfg.objective == "decoder":
-        core = model.module if hasattr(model, "module") else model
-        vhat = core.decode(pred, inputs.tgt_unit, inputs.tgt_gene).float()
-        mse = F.mse_loss(vhat, inputs.tgt_value) if vhat.numel() else flat_pred.sum() * 0.0
-        zero = mse.detach() * 0.0
-        terms = LossTerms(mse, zero, zero, zero, zero, {"recon": mse.detach()})
-        _embedding_regularizer(terms, emb, cfg)
-        return terms, {"pred": flat_pred[valid].detach(), "centre_stats": None}
-    targets, stats = centred_targets(
-        teacher, inputs, U, centre, norm=cfg.target_norm, cell=cfg.cell_centre,
-        cell_depth=getattr(cfg, "cell_centre_depth", False),
-    )
-    tgt = targets[valid]
-    if cfg.target_scale:
-        tgt = unit_rms(tgt)
-    terms = jepa_loss(flat_pred[valid], tgt, cfg)
-    _embedding_regularizer(terms, emb, cfg)
+    target, stats = centred_targets(teacher, inputs, inputs.valid.shape[1], centre, norm=targets.target_norm,
+                                    cell=targets.cell_centre, cell_depth=targets.cell_centre_depth)
+    target = unit_rms(target[valid]) if targets.target_scale else target[valid]
+    pred, emb = _student_predictions(model, inputs, loss)
+    terms = jepa_loss(pred[valid], target, loss)
+    _embedding_regularizer(terms, emb, loss)
     if centre.ndim == 1:
         stats = (stats[valid].sum(0), torch.tensor(float(valid.sum()), device=centre.device))
-    return terms, {"pred": flat_pred[valid].detach(), "centre_stats": stats}
+    return terms, {"pred": pred[valid].detach(), "centre_stats": stats}
+
+
+def _student_predictions(model, inputs, loss: LossSection) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The predictor's unit states ``[n·U, D]`` and, when the embedding terms are on, the pooled context."""
+    reg = loss.lambda_embed_var > 0 or loss.lambda_embed_cov > 0
+    out = model(inputs, with_embedding=reg)
+    pred, emb = out if reg else (out, None)  # [n, U, D], [n, 2D]
+    return pred.reshape(-1, pred.shape[-1]), emb
+
+
+def _decoder_objective(model, inputs, loss: LossSection) -> tuple[LossTerms, dict]:
+    """Decoder control: MSE of the target genes' values predicted from their block state (no teacher)."""
+    reg = loss.lambda_embed_var > 0 or loss.lambda_embed_cov > 0
+    out = model(inputs, with_embedding=reg)
+    pred, emb = out if reg else (out, None)
+    core = model.module if hasattr(model, "module") else model  # DDP wraps the JEPA; decode is not a forward
+    vhat = core.decode(pred, inputs.tgt_unit, inputs.tgt_gene).float()
+    flat_pred = pred.reshape(-1, pred.shape[-1])
+    mse = F.mse_loss(vhat, inputs.tgt_value) if vhat.numel() else flat_pred.sum() * 0.0
+    zero = mse.detach() * 0.0
+    terms = LossTerms(mse, zero, zero, zero, zero, {"recon": mse.detach()})
+    _embedding_regularizer(terms, emb, loss)
+    return terms, {"pred": flat_pred[inputs.valid.reshape(-1)].detach(), "centre_stats": None}

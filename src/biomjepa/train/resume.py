@@ -30,14 +30,14 @@ def check_resume(saved: dict, cfg, run_dir: Path) -> list[dict]:
     ------
     ValueError
         The model, the :data:`~biomjepa.train.checkpoint.RESUME_KEYS`, the data order or the corpus
-        files differ and ``cfg.allow_resume_mismatch`` is false.
+        files differ and ``cfg.loop.allow_resume_mismatch`` is false.
     """
     step = int(saved.get("step", 0))
-    diff = mismatches(saved, config=cfg.to_dict(), model_config=cfg.model_config().to_dict())
+    diff = mismatches(saved, config=cfg.flat(), model_config=cfg.model_config().to_dict())
     _refuse_or_warn(diff, saved, cfg, run_dir)
-    changes = config_changes(saved, cfg.to_dict(), step=step)
+    changes = config_changes(saved, cfg.flat(), step=step)
     order = [c for c in changes if c["key"] in DATA_ORDER_KEYS]
-    if order and not cfg.allow_resume_mismatch:
+    if order and not cfg.loop.allow_resume_mismatch:
         listed = "; ".join(f"{c['key']}: {c['old']!r} → {c['new']!r}" for c in order)
         raise ValueError(
             f"{run_dir} holds a training state (step {step}) saved with another data order ({listed}): the cells "
@@ -46,10 +46,10 @@ def check_resume(saved: dict, cfg, run_dir: Path) -> list[dict]:
             f"`allow_resume_mismatch=true` to continue with the new order (recorded in {CHANGES_LOG})."
         )
     recorded = saved.get("corpus", {}).get("inputs") is not None  # states saved before they were: trusted
-    if recorded and cfg.corpus is not None and not _is_prepared_cache(cfg.corpus):
+    if recorded and cfg.data.corpus is not None and not _is_prepared_cache(cfg.data.corpus):
         from ..data.shards import corpus_inputs
 
-        _check_inputs(saved, corpus_inputs(cfg.corpus), cfg, run_dir)  # before a changed file re-prepares the cache
+        _check_inputs(saved, corpus_inputs(cfg.data.corpus), cfg, run_dir)  # before a changed file re-prepares the cache
     return changes + [_as_change(m, step) for m in diff]
 
 
@@ -90,7 +90,7 @@ def _check_inputs(saved: dict, now: list[dict], cfg, run_dir: Path) -> None:
     if not changed:
         return
     listed = ", ".join(changed[:5]) + (f" (+{len(changed) - 5} more)" if len(changed) > 5 else "")
-    if cfg.allow_resume_mismatch:
+    if cfg.loop.allow_resume_mismatch:
         logger.warning("allow_resume_mismatch: resuming step %s although corpus files changed: %s",
                        saved.get("step"), listed)
         return
@@ -106,7 +106,7 @@ def _refuse_or_warn(diff: list[dict], saved: dict, cfg, run_dir: Path) -> None:
     if not diff:
         return
     listed = "; ".join(m["text"] for m in diff)
-    if not cfg.allow_resume_mismatch:
+    if not cfg.loop.allow_resume_mismatch:
         raise ValueError(
             f"{run_dir} holds a training state (step {saved.get('step')}) saved with another corpus or "
             f"model config; resuming would continue it on different settings: {listed}. Give this run a new "

@@ -1,0 +1,174 @@
+"""The sections of a :class:`~biomjepa.train.TrainConfig`, one frozen dataclass each.
+
+Each part of the training code takes only the section it needs: the block sampler ``blocks``, the
+loss ``loss`` and ``teacher``, the optimiser ``optim``, the loop ``loop``. :data:`FLAT` maps every key's
+flat name (the names of configs and training states written before the sections, still what a state
+saves) to ``(section, field)``.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Objective = Literal["block", "token", "random_block", "decoder"]
+
+
+@dataclass(frozen=True)
+class RunSection:
+    """Where the run lives and how long it trains."""
+
+    out_dir: str = "runs"
+    run_name: str | None = None
+    seed: int = 42
+    steps: int = 20_000
+    stop_at: int | None = None  # end this invocation (checkpointed) after this step; resume later
+
+
+@dataclass(frozen=True)
+class DataSection:
+    """The corpus and how its cells are batched.
+
+    Per-cell token budgets (our addition; None = every observed gene, the paper): the teacher's view of a
+    cell keeps at most ``teacher_genes`` genes (blocks and context are drawn inside it), the student's
+    context at most ``context_genes`` (docs/pretraining_notes.md, "cheap steps").
+    """
+
+    corpus: Any = None  # list of files / shard specs (dicts), a glob, or a prepared cache directory
+    cache_dir: str | None = None
+    batch_size: int = 8  # per rank
+    accumulation: int = 8
+    num_workers: int = 0
+    sort_pool: int = 64
+    teacher_genes: int | None = None
+    context_genes: int | None = None
+
+
+@dataclass(frozen=True)
+class BlocksSection:
+    """The gene graph and the target blocks (paper: K = 4, 2,000–8,000 genes, safeguard 512, 64-NN DMT)."""
+
+    graph: str | None = None
+    n_targets: int = 4
+    min_block: int = 2000
+    max_block: int = 8000
+    min_context: int = 512
+    dmt_k: int = 64
+    random_ratio: tuple[float, float] | None = (0.104, 0.415)
+
+    def __post_init__(self) -> None:
+        if self.random_ratio is not None:
+            object.__setattr__(self, "random_ratio", tuple(float(x) for x in self.random_ratio))
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """The encoder (``preset`` + ``overrides`` of its ModelConfig), its gene-embedding start, the predictor."""
+
+    preset: str = "base"
+    overrides: dict = field(default_factory=dict)
+    gene_init: Literal["random", "pca"] = "random"  # pca: loadings of the corpus' leading PCs
+    gene_init_scale: float = 0.02
+    pred_layers: int = 4
+    pred_heads: int = 12
+    pred_dropout: float = 0.05
+    pred_width: int | None = None
+    tau: float = 0.1
+
+
+@dataclass(frozen=True)
+class LossSection:
+    """The objective and the weights of its terms."""
+
+    objective: Objective = "block"
+    lambda_align: float = 1.0
+    lambda_cos: float = 0.0
+    lambda_var: float = 0.05
+    lambda_cov: float = 0.01
+    var_gamma: float = 1.0
+    lambda_embed_var: float = 0.0  # VICReg variance hinge on the student's pooled cell embedding
+    lambda_embed_cov: float = 0.0  # VICReg covariance penalty on the student's pooled cell embedding
+    token_cap: int = 64
+
+    def __post_init__(self) -> None:
+        if self.objective not in typing.get_args(Objective):
+            raise ValueError(f"objective must be one of {typing.get_args(Objective)}, got {self.objective!r}.")
+
+
+@dataclass(frozen=True)
+class TeacherSection:
+    """The EMA teacher and how its block states become targets (centring; see :mod:`~biomjepa.train.targets`)."""
+
+    momentum_start: float = 0.996
+    momentum_end: float = 0.9997
+    momentum_schedule: Literal["cosine", "linear"] = "cosine"
+    centre_rate: float = 0.9
+    target_centre: Literal["global", "gene"] = "global"  # gene: per-gene EMA centre of teacher states
+    target_norm: bool = False  # layer-normalize teacher token states before block means (I-JEPA)
+    cell_centre: bool = False  # also subtract each cell's mean (gene-centred) target-token state
+    target_scale: bool = False  # measured, not adopted: divide centred block targets by their batch RMS
+    cell_centre_depth: bool = False  # measured, not adopted: subtract only the depth-predicted cell level
+
+
+@dataclass(frozen=True)
+class OptimSection:
+    """AdamW and the learning-rate schedule (linear warm-up, cosine decay to ``min_lr``)."""
+
+    lr: float = 1e-4
+    min_lr: float = 1e-6
+    warmup_steps: int = 1000
+    weight_decay: float = 0.05
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+
+
+@dataclass(frozen=True)
+class LoopSection:
+    """Where the loop runs, when it checkpoints, what it logs, and what a resume may change."""
+
+    device: str = "auto"
+    bf16: bool = True
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 2
+    max_bad_steps: int = 10
+    log_every: int = 1
+    tensorboard: bool = True
+    progress: bool = True
+    log_cell_ids: bool = False
+    allow_resume_mismatch: bool = False  # resume a state saved with another corpus/model config (logged)
+
+
+@dataclass(frozen=True)
+class ProbeSection:
+    """Held-out cells scored at every checkpoint (probe.csv): an h5ad path, an obs-name file, a label column."""
+
+    path: str | None = None
+    obs: str | None = None
+    label_key: str | None = None
+    cells: int = 512
+
+
+SECTIONS = {
+    "run": RunSection, "data": DataSection, "blocks": BlocksSection, "model": ModelSection, "loss": LossSection,
+    "teacher": TeacherSection, "optim": OptimSection, "loop": LoopSection, "probe": ProbeSection,
+}
+#: flat names whose field is called otherwise inside its section
+_RENAMED = {"model": ("model", "preset"), "model_overrides": ("model", "overrides"), "probe": ("probe", "path"),
+            "probe_obs": ("probe", "obs"), "probe_label_key": ("probe", "label_key"), "probe_cells": ("probe", "cells")}
+
+
+def _flat_names() -> dict[str, tuple[str, str]]:
+    from dataclasses import fields
+
+    back = {v: k for k, v in _RENAMED.items()}
+    out = {}
+    for section, kind in SECTIONS.items():
+        for f in fields(kind):
+            out[back.get((section, f.name), f.name)] = (section, f.name)
+    return out
+
+
+#: flat key → (section, field), in section order
+FLAT: dict[str, tuple[str, str]] = _flat_names()

@@ -1,0 +1,109 @@
+"""The named steps that set a pretraining run up, each taking only the config sections it needs.
+
+:class:`~biomjepa.train.loop.Trainer` calls them in this order: lock the run directory, read the latest
+saved state and check a resume against it, open the corpus cache, open the gene graph, build the JEPA
+(student + predictor) and its EMA teacher, start the gene embeddings, build the optimiser, restore the
+saved state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import torch
+
+from ..data.shards import Corpus, prepare_corpus
+from .config import TrainConfig
+from .distributed import DistInfo, barrier
+from .sections import ModelSection, OptimSection
+
+logger = logging.getLogger(__name__)
+
+
+def run_dir_of(cfg: TrainConfig) -> Path:
+    """``run.out_dir / run.run_name`` (default name: ``{objective}-{model preset}``)."""
+    return Path(cfg.run.out_dir) / (cfg.run.run_name or f"{cfg.loss.objective}-{cfg.model.preset}")
+
+
+def open_corpus(cfg: TrainConfig, run_dir: Path, info: DistInfo) -> Corpus:
+    """Prepare (rank 0) and open the shard cache named by ``data.corpus``/``data.cache_dir``."""
+    data = cfg.data
+    if data.corpus is None:
+        raise ValueError("TrainConfig data.corpus is not set: give h5ad/npz files, a glob, or a prepared cache.")
+    if isinstance(data.corpus, str) and (Path(data.corpus) / "manifest.json").is_file():
+        return Corpus(data.corpus)
+    cache = Path(data.cache_dir) if data.cache_dir else run_dir / "corpus"
+    if info.is_main:
+        prepare_corpus(data.corpus, cache, vocab_size=cfg.model_config().vocab_size)
+    barrier(info)
+    return Corpus(cache)
+
+
+def open_graph(cfg: TrainConfig, corpus: Corpus, info: DistInfo):
+    """The gene graph: ``blocks.graph`` if given, else STRING (bundled) ∪ corpus coexpression, cached.
+
+    The cache (``CORPUS_CACHE/graph``) is rebuilt when it was made for another corpus key or other
+    parameters; it is the graph ``biomjepa graph`` builds for the same corpus (``--top-k`` =
+    ``max(64, dmt_k)``, ``--seed`` = the run's ``seed``).
+    """
+    from ..data.graph import GRAPH_DIR, TOP_K, find_graph, graph_params, update_corpus_graph
+
+    if cfg.loss.objective == "random_block":
+        return None
+    if cfg.blocks.graph:
+        return find_graph(cfg.blocks.graph)
+    params = graph_params(top_k=max(TOP_K, cfg.blocks.dmt_k), seed=cfg.run.seed)
+    if info.is_main:
+        update_corpus_graph(corpus, params)
+    barrier(info)
+    return find_graph(corpus.root / GRAPH_DIR)
+
+
+def init_gene_embedding(model, corpus: Corpus, cfg: ModelSection, seed: int, device) -> None:
+    """``model.gene_init: pca``: gene embeddings (and the predictor's block queries) from corpus PCA loadings."""
+    from .gene_init import pca_gene_embedding
+
+    mc = model.config
+    E = pca_gene_embedding(corpus, mc.vocab_size, mc.d_model, scale=cfg.gene_init_scale, seed=seed)
+    E = torch.from_numpy(E).to(device)
+    with torch.no_grad():
+        model.student.gene_embedding.weight[: mc.vocab_size].copy_(E)
+        model.predictor.query_embedding.weight.copy_(E)
+
+
+def make_optimizer(model: torch.nn.Module, cfg: OptimSection) -> torch.optim.Optimizer:
+    """AdamW; weight decay on matrices only (not biases, LayerNorms, the mask vector)."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    other = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+
+def check_shapes(model: torch.nn.Module, saved: dict, run_dir: Path) -> None:
+    """Refuse (before ``load_state_dict``) a state whose tensors do not fit this model."""
+    own = model.state_dict()
+    saved_model = saved.get("model", {})
+    diff = [f"{k}: saved {tuple(v.shape)} → now {tuple(own[k].shape)}" for k, v in saved_model.items()
+            if k in own and tuple(v.shape) != tuple(own[k].shape)]
+    missing = sorted(set(own) ^ set(saved_model))
+    if not diff and not missing:
+        return
+    detail = "; ".join(diff[:4]) + (f" (+{len(diff) - 4} more)" if len(diff) > 4 else "")
+    if missing:
+        detail += ("; " if detail else "") + f"parameters only in one of them: {missing[:4]}"
+    raise ValueError(
+        f"{run_dir} holds a training state (step {saved.get('step')}) of a model with another architecture, "
+        f"which cannot be resumed even with allow_resume_mismatch: {detail}. Restore the saved model settings "
+        f"(model, model_overrides, pred_*), or give this run a new `run_name`/`out_dir`."
+    )
+
+
+def state_hash(module: torch.nn.Module) -> str:
+    """SHA-256 over a module's state dict (sorted keys): equal weights ⇔ equal hash."""
+    h = hashlib.sha256()
+    for k, v in sorted(module.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
