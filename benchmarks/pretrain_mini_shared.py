@@ -44,7 +44,7 @@ def main() -> None:
     from biomjepa.data.shards import Corpus
     from biomjepa.train import TrainConfig, export, preset, pretrain
     from biomjepa.train.audit import format_audit, target_visibility_audit
-    from biomjepa.train.graph import GeneGraph, format_stats
+    from biomjepa.data.graph import GeneGraph, format_stats
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=120)

@@ -58,7 +58,7 @@ def _string_files(tmp_path, symbols):
 
 
 def test_graph_end_to_end(corpus, tmp_path, capsys):
-    from biomjepa.train.graph import GeneGraph, paper_stats
+    from biomjepa.data.graph import GeneGraph, paper_stats
 
     paths, _ = corpus
     out = tmp_path / "g"
@@ -84,7 +84,7 @@ def test_graph_end_to_end(corpus, tmp_path, capsys):
 
 
 def test_graph_official_string_files(corpus, tmp_path, capsys):
-    from biomjepa.train.graph import GeneGraph
+    from biomjepa.data.graph import GeneGraph
 
     paths, symbols = corpus
     links, info = _string_files(tmp_path, symbols)

@@ -1,4 +1,4 @@
-"""Gene graph: STRING reading, streamed coexpression sketch, union table, save/load."""
+"""Gene graph (``biomjepa.data.graph``): STRING reading, streamed coexpression sketch, union table, save/load, locator."""
 
 from __future__ import annotations
 
@@ -9,15 +9,18 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from biomjepa.train import graph as gmod
-from biomjepa.train.graph import (
+from biomjepa.data import graph as gmod
+from biomjepa.data.graph import (
     GeneGraph,
     NeighbourTable,
     build_graph,
     coexpression_adjacency,
+    find_graph,
     format_stats,
     paper_stats,
     string_adjacency,
+    stringdb,
+    table,
 )
 
 
@@ -100,10 +103,10 @@ def test_string_bundled_symbol_table(tmp_path, caplog):
     path.write_text(table)
     A = string_adjacency(_Vocab(["GA", "GB", "GC"]), path=path)
     assert set(zip(*A.nonzero())) == {(0, 1), (1, 0)}
-    gmod._WARNED.discard(gmod.BUNDLED_STRING)
-    with caplog.at_level(logging.WARNING, logger="biomjepa.train.graph"):
-        gmod._read_bundled(None)
-        gmod._read_bundled(None)
+    stringdb._WARNED.discard(gmod.BUNDLED_STRING)
+    with caplog.at_level(logging.WARNING, logger="biomjepa.data.graph"):
+        stringdb._read_bundled(None)
+        stringdb._read_bundled(None)
     assert sum("text-mining" in r.message for r in caplog.records) == 1
 
 
@@ -131,7 +134,7 @@ def test_coexpression_planted_pair_and_unobserved():
     assert row5[17] > 0.3 and row5[17] > 2 * np.sort(row5)[-2]
     for g in (30, 31, 32):
         assert A[g].nnz == 0 and A[:, g].nnz == 0
-    assert np.diff(gmod._row_topk(A, 3).indptr).max() <= 3
+    assert np.diff(table._row_topk(A, 3).indptr).max() <= 3
 
 
 def test_coexpression_sketch_tracks_pearson():
@@ -238,7 +241,7 @@ def test_modules_do_not_import_anndata():
     import sys
 
     code = (
-        "import sys, biomjepa.train.graph, biomjepa.train.blocks, biomjepa.train.audit; "
+        "import sys, biomjepa.data.graph, biomjepa.train.graph, biomjepa.train.blocks, biomjepa.train.audit; "
         "assert 'anndata' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -266,7 +269,7 @@ def test_build_from_h5ad_matches_vocab_space(tmp_path):
 
 
 def test_bfs_programme_deterministic_order():
-    from biomjepa.train.graph import bfs_programme
+    from biomjepa.data.graph import bfs_programme
 
     # 0 → {3, 1, 2}; 1 → 4; 3 → 5; 2 → 6; 7 isolated
     src, dst = [0, 0, 0, 1, 3, 2], [3, 1, 2, 4, 5, 6]
@@ -285,3 +288,31 @@ def test_bfs_programme_deterministic_order():
         bfs_programme(graph, 8, 3)
     with pytest.raises(ValueError, match="size"):
         bfs_programme(graph, 0, 0)
+
+
+def _tiny_graph() -> GeneGraph:
+    A = sparse.csr_matrix((np.ones(3), ([0, 1, 2], [1, 2, 0])), shape=(4, 4))
+    return GeneGraph(NeighbourTable.from_csr(A), NeighbourTable.from_csr(A))
+
+
+def test_find_graph_object_directory_and_search(tmp_path):
+    graph = _tiny_graph()
+    assert find_graph(graph) is graph and find_graph(graph.blocks) is graph.blocks  # objects as they are
+    graph.save(tmp_path / "saved")
+    assert find_graph(tmp_path / "saved").blocks.content_hash == graph.blocks.content_hash
+    (tmp_path / "half").mkdir()
+    graph.blocks.save(tmp_path / "half", "graph")  # a block table without its coexpression table
+    found = find_graph(search=[tmp_path / "none", tmp_path / "half", tmp_path / "saved"])
+    assert found.coexp.content_hash == graph.coexp.content_hash  # the first complete directory wins
+    with pytest.raises(FileNotFoundError, match=r"GeneGraph\.save"):
+        find_graph(tmp_path / "half")
+    with pytest.raises(FileNotFoundError, match=r"DMT.*not found in .*none"):
+        find_graph(search=[tmp_path / "none"], need="The DMT pooling needs the gene graph")
+    with pytest.raises(ValueError, match="graph="):
+        find_graph(need="X needs the gene graph")
+
+
+def test_the_old_module_name_still_imports():
+    from biomjepa.train import graph as old
+
+    assert old.GeneGraph is GeneGraph and old.build_graph is build_graph and set(old.__all__) <= set(gmod.__all__)

@@ -115,7 +115,7 @@ def test_ablate_bad_input_leaves_adata_unchanged(mapped, tiny_checkpoint):
 def test_graph_programme_from_saved_graph(mapped, tiny_checkpoint, tmp_path):
     from scipy import sparse
 
-    from biomjepa.train.graph import GeneGraph, NeighbourTable
+    from biomjepa.data.graph import GeneGraph, NeighbourTable
 
     V = Vocab.default().size
     src = np.arange(1000, 1299)

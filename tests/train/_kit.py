@@ -34,7 +34,7 @@ def make_shards(root: Path, n_shards: int = 4, cells: int = 24, seed: int = 0) -
 
 def make_graph(root: Path, degree: int = 12, seed: int = 0) -> str:
     """A random directed graph over the first ``UNIVERSE`` genes (blocks) + a coexpression table."""
-    from biomjepa.train.graph import GeneGraph, NeighbourTable
+    from biomjepa.data.graph import GeneGraph, NeighbourTable
 
     rng = np.random.default_rng(seed)
     src = np.repeat(np.arange(UNIVERSE), degree)

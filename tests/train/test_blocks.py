@@ -16,7 +16,7 @@ from biomjepa.train.blocks import (
     sample_blocks,
     scale_block_sizes,
 )
-from biomjepa.train.graph import GeneGraph, NeighbourTable, build_graph
+from biomjepa.data.graph import GeneGraph, NeighbourTable, build_graph
 
 V = 300
 ISLAND = np.arange(290, 300)  # a separate 10-gene component

@@ -52,7 +52,7 @@ def test_keep_mask_only_keeps_eligible_positions():
 
 
 def test_context_cap_limits_the_student_and_dmt_candidates_stay_inside_it(tmp_path):
-    from biomjepa.train.graph import GeneGraph
+    from biomjepa.data.graph import GeneGraph
 
     graph = GeneGraph.load(make_graph(tmp_path))
     cells = _cells([600, 900, 80])

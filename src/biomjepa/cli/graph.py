@@ -2,9 +2,9 @@
 
 The same graph a pretraining run builds for itself (:func:`biomjepa.train.loop.open_graph`), as a
 separate step: the corpus is prepared into a shard cache (:func:`biomjepa.train.prepare_corpus`),
-its coexpression sketched (:func:`biomjepa.train.graph.coexpression_adjacency`), united with
-STRING (:func:`~biomjepa.train.graph.string_adjacency`) by
-:func:`~biomjepa.train.graph.build_graph` and saved with ``GeneGraph.save``.
+its coexpression sketched (:func:`biomjepa.data.graph.coexpression_adjacency`), united with
+STRING (:func:`~biomjepa.data.graph.string_adjacency`) by
+:func:`~biomjepa.data.graph.build_graph` and saved with ``GeneGraph.save``.
 """
 
 from __future__ import annotations
@@ -100,11 +100,10 @@ def run_graph(args: argparse.Namespace) -> dict[str, Path]:
     if (args.string_links is None) != (args.string_info is None) or (args.string_aliases and not args.string_links):
         _usage_error(args, "--string-links and --string-info must be given together (--string-aliases only with both)")
 
+    from ..data.graph import build_corpus_graph, format_stats, graph_params
     from ..data.shards import Corpus
     from ..data.vocab import Vocab
     from ..train import prepare_corpus
-    from ..train.corpus_graph import build_corpus_graph, graph_params
-    from ..train.graph import format_stats
 
     out = Path(args.out)
     cache = Path(args.cache) if args.cache else out / "corpus"

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from .._graph_programme import graph_label
 from .._keys import TOKEN_KEY
 from .._settings import settings
+from ..data.graph import graph_label
 from ._null import count_in, expression_bins, matched_random_set, scan_gene_stats
 from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_source
 
@@ -83,7 +83,7 @@ def ablate_programme(
     programme
         A list of gene symbols, a dict ``name → symbols``, or ``("bfs", seed_gene, size)``: the
         deterministic BFS block of ``size`` genes around ``seed_gene`` in ``graph``
-        (:func:`biomjepa.train.graph.bfs_programme`), named ``"bfs:{seed_gene}:{size}"``.
+        (:func:`biomjepa.data.graph.bfs_programme`), named ``"bfs:{seed_gene}:{size}"``.
     groupby
         ``obs`` column of cell identities (default: all cells are one group ``"all"``); cells without
         a label (NaN) are never sampled (a warning says how many).
@@ -97,7 +97,7 @@ def ablate_programme(
         Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
     graph
         The gene graph of a ``("bfs", seed_gene, size)`` programme: a
-        :class:`~biomjepa.train.graph.GeneGraph` or a directory written by ``GeneGraph.save``
+        :class:`~biomjepa.data.graph.GeneGraph` or a directory written by ``GeneGraph.save``
         (a training run's ``corpus/graph``). Required for graph programmes, unused otherwise.
     layer
         Layer with raw counts; default ``X``.
@@ -204,7 +204,7 @@ def ablate_programme(
 
 def _resolve_programmes(programme: ProgrammeSpec, graph=None) -> dict[str, list[str]]:
     if isinstance(programme, tuple) and len(programme) == 3 and programme[0] == "bfs":
-        from .._graph_programme import graph_programme
+        from ..data.graph import graph_programme
 
         return graph_programme(*programme[1:], graph=graph)
     if isinstance(programme, str):

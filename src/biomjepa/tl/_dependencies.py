@@ -122,7 +122,7 @@ def programme_dependencies(
     n_cells
         Cells sampled per target programme.
     graph
-        Gene graph for the DMT neighbourhoods (a :class:`~biomjepa.train.graph.GeneGraph` or the
+        Gene graph for the DMT neighbourhoods (a :class:`~biomjepa.data.graph.GeneGraph` or the
         directory it was saved to). Default: the graph named by the run's config, or the run's
         corpus cache ``graph/`` directory. Unused for ``random_block`` runs.
     layer

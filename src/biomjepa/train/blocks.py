@@ -19,6 +19,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..data.graph import bfs_blocks
 from .views import keep_mask
 
 PAPER_VOCAB_SIZE = 19264
@@ -161,63 +162,6 @@ def _ragged_gather(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np
     return start[owner] + offs, owner
 
 
-def bfs_blocks(
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    seeds: np.ndarray,
-    sizes: np.ndarray,
-    V: int,
-    rng: np.random.Generator | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Batched BFS: for each pair ``p``, up to ``sizes[p]`` genes reached from ``seeds[p]``.
-
-    All pairs' frontiers expand together, one level at a time (gather the out-neighbours of every
-    frontier node, drop visited ones, deduplicate through a ``[P·V]`` scratch mask). The last level
-    is truncated to hit ``sizes[p]`` exactly, keeping the level's genes with the smallest rank under
-    a random permutation of the vocabulary drawn from ``rng`` (a uniformly random subset of the
-    level; ascending vocabulary index when ``rng`` is None). If the seed's component is exhausted
-    first, the block stops short (no restart). Pairs with ``seeds < 0`` get empty blocks.
-
-    Returns ``(pair, gene)`` int64 arrays grouped by pair, level by level (seed first) within a pair.
-    """
-    seeds, sizes = np.asarray(seeds, np.int64), np.asarray(sizes, np.int64)
-    P = len(seeds)
-    it = np.int32 if P * V < 2**31 else np.int64
-    perm = (rng.permutation(V) if rng is not None else np.arange(V)).astype(it)  # gene -> rank
-    inv = np.argsort(perm)  # rank -> gene
-    nbr_rank = perm[indices]
-    visited = np.zeros(P * V, dtype=bool)  # indexed by pair * V + rank
-    fresh = np.zeros(P * V, dtype=bool)
-    count = np.zeros(P, np.int64)
-    fp = np.flatnonzero((seeds >= 0) & (sizes > 0))
-    fn = seeds[fp]
-    visited[fp * V + perm[fn]] = True
-    count[fp] = 1
-    levels = [(fp, fn)]
-    while fp.size:
-        go = count[fp] < sizes[fp]
-        fp, fn = fp[go], fn[go]
-        start, deg = indptr[fn], indptr[fn + 1] - indptr[fn]
-        pos = np.arange(deg.sum(), dtype=it) + np.repeat((start - (np.cumsum(deg) - deg)).astype(it), deg)
-        fresh[np.repeat((fp * V).astype(it), deg) + nbr_rank[pos]] = True
-        fresh &= ~visited
-        key = np.flatnonzero(fresh)  # sorted by (pair, rank): distinct new genes of this level
-        fresh[key] = False
-        pair = key // V
-        n_new = np.bincount(pair, minlength=P)
-        rank = np.arange(key.size) - (np.cumsum(n_new) - n_new)[pair]
-        keep = rank < (sizes[pair] - count[pair])
-        key, pair = key[keep], pair[keep]
-        visited[key] = True
-        count += np.bincount(pair, minlength=P)
-        fp, fn = pair, inv[key % V]
-        levels.append((fp, fn))
-    pair = np.concatenate([lv[0] for lv in levels])
-    gene = np.concatenate([lv[1] for lv in levels])
-    order = np.argsort(pair, kind="stable")
-    return pair[order], gene[order]
-
-
 def _random_blocks(sizes: np.ndarray, V: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     genes = [rng.choice(V, size=int(s), replace=False) for s in sizes]
     pair = np.repeat(np.arange(len(sizes)), sizes)
@@ -258,7 +202,7 @@ def sample_blocks(
     indptr, genes
         Ragged cells: ``genes[indptr[i]:indptr[i+1]]`` observed vocabulary indices, ascending.
     graph
-        A :class:`~biomjepa.train.graph.GeneGraph` (``blocks`` for BFS, ``coexp`` for DMT); may be
+        A :class:`~biomjepa.data.graph.GeneGraph` (``blocks`` for BFS, ``coexp`` for DMT); may be
         ``None`` in random mode when ``vocab_size`` is given.
     cfg
         :class:`BlockConfig`.
