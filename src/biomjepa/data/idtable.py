@@ -247,3 +247,86 @@ def _ortholog_table(species: str, orthologs) -> pd.Series | None:
         f"species={species!r} has no bundled orthologs: pass `orthologs=` (a DataFrame or CSV path with "
         f"columns {species} symbol, human symbol), or use species='human' / 'mouse'."
     )
+
+
+# --------------------------------------------------------------------------- the mapping of one var table
+def var_gene_names(var_names, var: pd.DataFrame, gene_key: str | None = None, *, where: str = ".var") -> pd.Series:
+    """The identifiers of a var table: cleaned ``var_names``, or ``var[gene_key]``.
+
+    Refuses ``var_names`` that look like integer positions and a ``gene_key`` that is no column of
+    ``var`` (``where`` names the table in that error: ``".var"`` or ``".raw.var"``).
+    """
+    if gene_key is None:
+        names = clean_names(pd.Index(var_names).to_numpy())
+        if looks_like_positions(names):
+            str_cols = [c for c in var.columns if not pd.api.types.is_numeric_dtype(var[c])]
+            raise ValueError(
+                "var_names look like integer positions (0, 1, 2, …), not gene identifiers. Pass "
+                f"`gene_key=` naming a var column of gene symbols or Ensembl IDs (string columns: {str_cols})."
+            )
+        return names
+    if gene_key not in var.columns:
+        raise KeyError(f"gene_key={gene_key!r} is not a column of {where} (columns: {list(var.columns)}).")
+    return clean_names(var[gene_key].to_numpy())
+
+
+def check_overlap(names: pd.Series, res: Resolution, var: pd.DataFrame, *, gene_key, species: str) -> None:
+    """Refuse a mapping that hits no gene, or mouse-like names mapped as human; the error names the likely fix."""
+    n_matched = int((res.token >= 0).sum())
+    n_exact = int(((res.token >= 0) & (res.method != "case")).sum())
+    mouse_like = species == "human" and mouse_like_fraction(names) >= 0.3
+    if n_matched > 0 and not (mouse_like and n_exact < 0.1 * len(names)):
+        return
+    hints = []
+    numeric = res.kind == "numeric"
+    if numeric.any():
+        hints.append(
+            f"{int(numeric.sum())} names are all digits (e.g. {names[numeric][:3].tolist()}), which may be Entrez "
+            "ids or integer labels: pass id_type=\"entrez\" if they are Entrez gene ids, or gene_key= naming a "
+            "var column of gene symbols"
+        )
+    if mouse_like:
+        hints.append(
+            'the names look like mouse genes (e.g. "Gcg", "Ins1"): pass species="mouse" (if they are human '
+            "symbols in the wrong case, upper-case them first: adata.var_names = adata.var_names.str.upper())"
+        )
+    if gene_key is None:
+        cols = [c for c in var.columns if not pd.api.types.is_numeric_dtype(var[c])]
+        hints.append(f"if var_names are not gene identifiers, pass gene_key= (string var columns: {cols})")
+    hints.append("check that the identifiers are human symbols, Ensembl gene IDs (ENSG…) or Entrez IDs")
+    examples = names[:5].tolist()
+    raise ValueError(
+        f"Only {n_matched} of {len(names)} genes map to the vocabulary (id type {res.id_type!r}, "
+        f"species={species!r}; first names {examples}). Likely fix: " + "; ".join(hints) + "."
+    )
+
+
+def map_var(
+    var_names,
+    var: pd.DataFrame,
+    *,
+    n_obs: int,
+    gene_key: str | None = None,
+    species: str = "human",
+    orthologs: pd.DataFrame | str | PathLike | None = None,
+    id_type: str = "auto",
+    where: str = ".var",
+) -> tuple[pd.Series, Resolution]:
+    """The genes of a var table (``n_obs`` cells) → vocabulary: the core of :func:`biomjepa.pp.map_vocab`.
+
+    Reads the identifiers (:func:`var_gene_names`), resolves them (:func:`resolve_identifiers`) and
+    refuses an empty table or a mapping that hits no gene (:func:`check_overlap`), with the same
+    errors as ``bj.pp.map_vocab``. Corpus preparation (:func:`biomjepa.data.shards.prepare_corpus`)
+    maps its files with it; ``map_vocab`` adds the AnnData side (report, ``.var``/``.uns`` columns).
+
+    Returns
+    -------
+    ``(names, resolution)``: the cleaned identifiers ``[n_vars]`` and their :class:`Resolution`
+    (``resolution.token``: int64 vocabulary index per var, −1 = unmapped).
+    """
+    if len(var_names) == 0 or n_obs == 0:
+        raise ValueError(f"AnnData is empty ({n_obs} cells × {len(var_names)} genes): nothing to map.")
+    names = var_gene_names(var_names, var, gene_key, where=where)
+    res = resolve_identifiers(names, species=species, orthologs=orthologs, id_type=id_type)
+    check_overlap(names, res, var, gene_key=gene_key, species=species)
+    return names, res

@@ -1,13 +1,13 @@
 """Pretraining corpus: h5ad files → a cache of vocabulary-space CSR ``.npz`` shards → batches.
 
-:func:`prepare_corpus` maps every file's genes onto the vocabulary with :func:`biomjepa.pp.map_vocab`
-(the inference mapping), validates raw counts, drops cells with no mapped gene and excluded cells,
-and writes one ``shard_XXXXX.npz`` per file (``data`` counts, ``indices``, ``indptr``, ``totals`` =
-library size over all input genes, ``rows`` = source row) plus ``manifest.json``, which records
-the size and mtime of every input file: a cache is prepared again when its spec *or* an input
-file changed (the manifest's ``key`` stays that of the spec). A cache is written under an
-exclusive lock and read under a shared one (``cache_dir/.lock``), so one run never rewrites the
-shards another run is reading.
+:func:`prepare_corpus` maps every file's genes onto the vocabulary with
+:func:`~biomjepa.data.idtable.map_var` (the mapping of ``bj.pp.map_vocab``), validates raw counts,
+drops cells with no mapped gene and excluded cells, and writes one ``shard_XXXXX.npz`` per file
+(``data`` counts, ``indices``, ``indptr``, ``totals`` = library size over all input genes, ``rows`` =
+source row) plus ``manifest.json``, which records the size and mtime of every input file: a cache is
+prepared again when its spec *or* an input file changed (the manifest's ``key`` stays that of the
+spec). A cache is written under an exclusive lock and read under a shared one (``cache_dir/.lock``),
+so one run never rewrites the shards another run is reading.
 
 :class:`ShardStream` (a torch ``IterableDataset``) yields :class:`CellBatch` es. The order is a
 pure function of ``(seed, epoch, rank, worker)``: per epoch the shard order is permuted and shards
@@ -111,20 +111,22 @@ def _excluded(adata, exclude) -> np.ndarray:
 def _convert(spec: dict, out: Path, vocab_size: int) -> dict:
     """One h5ad → one vocabulary-space CSR shard; returns its manifest entry.
 
-    The file is read backed, chunk by chunk, through :func:`biomjepa.data.stream.iter_vocab_counts`
-    (the same count check and vocabulary map as ``bj.tl.embed``).
+    Genes map as in ``bj.pp.map_vocab`` (same errors); the file is read backed, chunk by chunk, through
+    :func:`biomjepa.data.stream.iter_vocab_counts` (the same count check and vocabulary map as ``bj.tl.embed``).
     """
-    from ..pp import map_vocab
+    from .idtable import map_var
     from .stream import iter_vocab_counts
 
     adata = _open_h5ad(spec["path"])
     try:
-        map_vocab(adata, gene_key=spec.get("gene_key"), species=spec.get("species", "human"),
-                  id_type=spec.get("id_type") or "auto")
+        _, res = map_var(adata.var_names, adata.var, n_obs=adata.n_obs, gene_key=spec.get("gene_key"),
+                         species=spec.get("species", "human"), id_type=spec.get("id_type") or "auto")
+        logger.info("prepare_corpus: %s, %d/%d genes mapped", spec["path"], (res.token >= 0).sum(), len(res.token))
         drop = _excluded(adata, spec.get("exclude_obs"))
         parts, totals, rows = [], [], []
         where = f"{spec['path']}:{spec.get('layer') or 'X'}"
-        for sl, counts, tot in iter_vocab_counts(adata, layer=spec.get("layer"), vocab_size=vocab_size, where=where):
+        for sl, counts, tot in iter_vocab_counts(adata, layer=spec.get("layer"), vocab_size=vocab_size,
+                                                 token=res.token, where=where):
             keep = (np.diff(counts.indptr) > 0) & ~drop[sl]
             parts.append(counts[keep].astype(np.float32))
             totals.append(tot[keep])

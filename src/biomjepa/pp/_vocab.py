@@ -13,14 +13,7 @@ from scipy import sparse
 
 from .._keys import TOKEN_KEY, UNS_KEY
 from ..data.anndata_source import RawCounts, counts_view, get_modality
-from ..data.idtable import (
-    Resolution,
-    clean_names,
-    looks_like_positions,
-    mouse_like_fraction,
-    resolve_identifiers,
-    suffixed_names,
-)
+from ..data.idtable import Resolution, map_var, mouse_like_fraction, suffixed_names
 from ..data.vocab import Vocab
 
 if TYPE_CHECKING:
@@ -132,11 +125,10 @@ def map_vocab(
     adata = adata.copy() if copy else adata
     target = get_modality(adata, mod)
     source = counts_view(target, layer=layer, use_raw=use_raw)  # target, or its .raw
-    if source.n_vars == 0 or target.n_obs == 0:
-        raise ValueError(f"AnnData is empty ({target.n_obs} cells × {source.n_vars} genes): nothing to map.")
-    names = _gene_names(source, gene_key)
-    res = resolve_identifiers(names, species=species, orthologs=orthologs, id_type=id_type)
-    _check_overlap(source, names, res, gene_key=gene_key, species=species)
+    names, res = map_var(
+        source.var_names, source.var, n_obs=target.n_obs, gene_key=gene_key, species=species,
+        orthologs=orthologs, id_type=id_type, where=".raw.var" if isinstance(source, RawCounts) else ".var",
+    )
 
     key = key_added or TOKEN_KEY
     report = _report(source, names, res, layer=layer, species=species)
@@ -152,52 +144,6 @@ def map_vocab(
     source.var[key] = res.token
     target.uns.setdefault(UNS_KEY, {})["vocab"] = report
     return adata if copy else None
-
-
-def _gene_names(adata, gene_key: str | None) -> pd.Series:
-    if gene_key is None:
-        names = clean_names(adata.var_names.to_numpy())
-        if looks_like_positions(names):
-            str_cols = [c for c in adata.var.columns if not pd.api.types.is_numeric_dtype(adata.var[c])]
-            raise ValueError(
-                "var_names look like integer positions (0, 1, 2, …), not gene identifiers. Pass "
-                f"`gene_key=` naming a var column of gene symbols or Ensembl IDs (string columns: {str_cols})."
-            )
-        return names
-    if gene_key not in adata.var.columns:
-        where = ".raw.var" if isinstance(adata, RawCounts) else ".var"
-        raise KeyError(f"gene_key={gene_key!r} is not a column of {where} (columns: {list(adata.var.columns)}).")
-    return clean_names(adata.var[gene_key].to_numpy())
-
-
-def _check_overlap(adata, names: pd.Series, res: Resolution, *, gene_key, species: str) -> None:
-    n_matched = int((res.token >= 0).sum())
-    n_exact = int(((res.token >= 0) & (res.method != "case")).sum())
-    mouse_like = species == "human" and mouse_like_fraction(names) >= 0.3
-    if n_matched > 0 and not (mouse_like and n_exact < 0.1 * len(names)):
-        return
-    hints = []
-    numeric = res.kind == "numeric"
-    if numeric.any():
-        hints.append(
-            f"{int(numeric.sum())} names are all digits (e.g. {names[numeric][:3].tolist()}), which may be Entrez "
-            "ids or integer labels: pass id_type=\"entrez\" if they are Entrez gene ids, or gene_key= naming a "
-            "var column of gene symbols"
-        )
-    if mouse_like:
-        hints.append(
-            'the names look like mouse genes (e.g. "Gcg", "Ins1"): pass species="mouse" (if they are human '
-            "symbols in the wrong case, upper-case them first: adata.var_names = adata.var_names.str.upper())"
-        )
-    if gene_key is None:
-        cols = [c for c in adata.var.columns if not pd.api.types.is_numeric_dtype(adata.var[c])]
-        hints.append(f"if var_names are not gene identifiers, pass gene_key= (string var columns: {cols})")
-    hints.append("check that the identifiers are human symbols, Ensembl gene IDs (ENSG…) or Entrez IDs")
-    examples = names[:5].tolist()
-    raise ValueError(
-        f"Only {n_matched} of {len(names)} genes map to the vocabulary (id type {res.id_type!r}, "
-        f"species={species!r}; first names {examples}). Likely fix: " + "; ".join(hints) + "."
-    )
 
 
 def _report(adata, names: pd.Series, res: Resolution, *, layer: str | None, species: str) -> dict:
