@@ -139,6 +139,77 @@ def test_one_reader_loop():
     assert not hasattr(anndata_source, "tokenize_adata") and not hasattr(anndata_source, "iter_rows")
 
 
+# --------------------------------------------------------------------------- layers (issue 23)
+#: what the data layer may never import: the AnnData tools, benchmarks and training sit above it
+ABOVE_DATA = ("biomjepa.pp", "biomjepa.tl", "biomjepa.pl", "biomjepa.bench", "biomjepa.train")
+#: the gene graph's former homes under ``train`` (``train.graph`` stays as an alias of ``data.graph``)
+TRAIN_GRAPH = ("biomjepa.train.graph", "biomjepa.train._coexp", "biomjepa.train.corpus_graph", "biomjepa._graph_programme")
+
+
+def _package_of(path: Path) -> str:
+    """``biomjepa.data.graph`` for ``data/graph/table.py`` and for ``data/graph/__init__.py``."""
+    return ".".join(("biomjepa", *path.relative_to(SRC).parent.parts))
+
+
+def _reaches(module: str, name: str | None, prefixes: tuple[str, ...]) -> bool:
+    targets = (module, f"{module}.{name}") if name else (module,)
+    return any(t == p or t.startswith(p + ".") for t in targets for p in prefixes)
+
+
+def _offending_imports(folder: str, prefixes: tuple[str, ...]) -> list[str]:
+    found = []
+    for path in sorted((SRC / folder).rglob("*.py")):
+        for line, module, name in _imports(path, _package_of(path)):
+            if _reaches(module, name, prefixes):
+                found.append(f"{path.relative_to(SRC).as_posix()}:{line}: {module} {name}")
+    return found
+
+
+def test_data_imports_no_tools_bench_or_train():
+    """``data/`` is the lowest layer: it imports nothing of ``pp``/``tl``/``pl``/``bench``/``train``."""
+    assert _offending_imports("data", ABOVE_DATA) == []
+    assert _offending_imports("data", ("biomjepa.data.graph",)), "the test no longer sees data's imports"
+
+
+def test_tl_takes_the_gene_graph_from_data():
+    """``tl`` reads the gene graph from ``data.graph``, never from ``train`` or a bridge module."""
+    assert _offending_imports("tl", TRAIN_GRAPH) == []
+    assert _offending_imports("tl", ("biomjepa.data.graph",)), "tl/_ablate.py's graph programmes use data.graph"
+    assert not (SRC / "_graph_programme.py").exists()
+
+
+def test_one_gene_graph_locator():
+    """One function finds and opens a saved gene graph; nobody else calls ``GeneGraph.load`` itself."""
+    defs, loads = [], []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "find_graph":
+                defs.append(rel)
+            f = node.func if isinstance(node, ast.Call) else None
+            if isinstance(f, ast.Attribute) and f.attr == "load" and isinstance(f.value, ast.Name) \
+                    and f.value.id in ("GeneGraph", "NeighbourTable") and not rel.startswith("data/graph/"):
+                loads.append(f"{rel}:{node.lineno}")
+    assert defs == ["data/graph/locate.py"]
+    assert loads == [], f"open saved graphs with biomjepa.data.graph.find_graph: {loads}"
+
+
+def test_model_import_stays_below_the_tools():
+    """``import biomjepa.model`` loads no ``pp``/``tl``/``pl``; ``__version__`` comes from ``_version``."""
+    import subprocess
+    import sys
+
+    code = ("import sys, biomjepa.model; "
+            "print(sorted(m for m in sys.modules if m.split('.')[:2] in (['biomjepa', 'pp'], ['biomjepa', 'tl'], "
+            "['biomjepa', 'pl'])))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", f"biomjepa.model imports the AnnData tools: {out.stdout}"
+    root_version = [f"{p.relative_to(SRC).as_posix()}:{line}" for p in sorted(SRC.rglob("*.py")) if p.name != "__init__.py"
+                    for line, module, name in _imports(p, _package_of(p)) if module == "biomjepa" and name == "__version__"]
+    assert root_version == [], f"import __version__ from biomjepa._version: {root_version}"
+    assert bj.__version__ == __import__("biomjepa._version", fromlist=["__version__"]).__version__
+
+
 # --------------------------------------------------------------------------- command lines
 #: the ``python -m`` shims: they import their command from ``biomjepa.cli`` and pass its exit code on
 CLI_SHIMS = {"train/__main__.py", "embed/__main__.py"}

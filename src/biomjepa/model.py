@@ -177,7 +177,7 @@ def save_checkpoint(
     statistics (:func:`biomjepa.nn.readout.readout_entry`; default: those of a :class:`BiomJEPA`
     ``model``) recorded in ``config.json``.
     """
-    from . import __version__
+    from ._version import __version__
     from .data.vocab import Vocab
 
     encoder = model.encoder if isinstance(model, BiomJEPA) else model
