@@ -29,13 +29,23 @@ def resolve_device(device: str | None = "auto"):
     return dev
 
 
-def autocast(device):
-    """bf16 autocast on CUDA; a no-op context (fp32) on CPU."""
+def autocast(device, *, enabled: bool = True):
+    """The package's one precision choice: bf16 autocast on CUDA; a no-op context (fp32) on CPU.
+
+    ``enabled=False`` (training with ``bf16: false``) gives the no-op context on CUDA too. Inference
+    (:mod:`biomjepa.nn.inference`), fine-tuning and pretraining all enter it; :func:`dtype_label`
+    names what it chose.
+    """
     import torch
 
-    if device.type == "cuda":
+    if device.type == "cuda" and enabled:
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def dtype_label(device) -> str:
+    """The precision :func:`autocast` runs inference in on ``device``, as recorded in ``params["dtype"]``."""
+    return "bfloat16-autocast" if device.type == "cuda" else "float32"
 
 
 def _cpu_ticks() -> tuple[int, int] | None:

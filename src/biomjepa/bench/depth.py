@@ -249,7 +249,9 @@ def _reusable(params: Mapping | None, model, dev, layer: str | None) -> bool:
     """Whether the stored embedding came from this model, counts layer and precision."""
     if params is None:
         return False
-    dtype = "bfloat16-autocast" if dev.type == "cuda" else "float32"
+    from .._device import dtype_label
+
+    dtype = dtype_label(dev)  # the label tl.embed records
     return (
         params.get("checkpoint_sha256") == model.info.get("sha256")
         and params.get("layer") == (layer or "X")

@@ -3,6 +3,7 @@
 from .attention import LinearSelfAttention, linear_attention, naive_linear_attention
 from .config import ModelConfig
 from .encoder import Encoder, EncoderBlock, ValueEmbedding
+from .inference import embed_cells, map_batches, map_cells
 from .pooling import max_top5_pool, max_winners
 
 __all__ = [
@@ -11,7 +12,10 @@ __all__ = [
     "LinearSelfAttention",
     "ModelConfig",
     "ValueEmbedding",
+    "embed_cells",
     "linear_attention",
+    "map_batches",
+    "map_cells",
     "max_top5_pool",
     "max_winners",
     "naive_linear_attention",

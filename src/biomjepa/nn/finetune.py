@@ -194,7 +194,6 @@ def train_epoch(
     return {"loss": total / max(n, 1), "n_cells": n, "seconds": time.perf_counter() - t0}
 
 
-@torch.inference_mode()
 def predict_proba(
     model: FinetuneModel,
     cells: TokenizedCells,
@@ -205,22 +204,20 @@ def predict_proba(
 ) -> tuple[np.ndarray, float]:
     """Class probabilities ``[n, C]`` float32 in the cells' order, and the seconds it took.
 
-    No-gradient encoding followed by the head (the paper's held-out throughput), length-sorted
-    batches, bf16 autocast on CUDA.
+    No-gradient encoding followed by the head (the paper's held-out throughput), through the one
+    inference loop (:func:`biomjepa.nn.inference.map_batches`: length-sorted batches,
+    ``torch.inference_mode``, bf16 autocast on CUDA).
     """
-    from .._device import autocast
-    from ..data.collate import collate, sorted_batches
+    from .inference import map_batches
 
     model.eval()
-    n_classes = model.head[-1].out_features
-    out = np.empty((len(cells), n_classes), dtype=np.float32)
+    out = np.empty((len(cells), model.head[-1].out_features), dtype=np.float32)
     _sync(device)
     t0 = time.perf_counter()
-    for rows in sorted_batches(cells.lengths, batch_size, max_tokens=max_tokens):
-        batch = collate(cells, model.config.vocab_size, rows).to(device)
-        with autocast(device):
-            logits = model(batch)
-        out[rows] = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+    map_batches(
+        cells, lambda batch: torch.softmax(model(batch).float(), dim=-1), (out,), vocab_size=model.config.vocab_size,
+        batch_size=batch_size, device=device, max_tokens=max_tokens,
+    )
     _sync(device)
     return out, time.perf_counter() - t0
 

@@ -123,6 +123,7 @@ def embed(
 
 
 def _params(model, dev, layer, batch_size, n_genes) -> dict:
+    from .._device import dtype_label
     from ..data.vocab import Vocab
 
     info = model.info
@@ -131,7 +132,7 @@ def _params(model, dev, layer, batch_size, n_genes) -> dict:
         "checkpoint_sha256": info.get("sha256", ""),
         "vocab_hash": Vocab.default().hash,
         "device": str(dev),
-        "dtype": "bfloat16-autocast" if dev.type == "cuda" else "float32",
+        "dtype": dtype_label(dev),
         "pooling": model.config.pooling,
         "layer": layer or "X",
         "batch_size": batch_size,
@@ -159,20 +160,11 @@ def _embed_adata(model, adata, *, layer, batch_size, device) -> tuple[np.ndarray
 
 
 def embed_cells(model, cells, *, batch_size: int = 64, device=None, max_tokens: int | None = None) -> np.ndarray:
-    """Embed :class:`~biomjepa.data.tokenize.TokenizedCells` → ``[n, 2D]`` float32 (tensor-level helper).
+    """:func:`biomjepa.nn.inference.embed_cells`: ``TokenizedCells`` → ``[n, 2D]`` float32, in the cells' order.
 
-    Cells are length-sorted into batches and written back in their original order.
+    The ``tl`` name of the one inference loop's embedding (``tl.ablate_programme`` and ``_embed_adata``
+    call it here, so a test can watch every embedding ``tl`` makes).
     """
-    import torch
+    from ..nn.inference import embed_cells as embed_tokenized
 
-    from .._device import autocast
-    from ..data.collate import collate, sorted_batches
-
-    device = device or torch.device("cpu")
-    model = model.to(device).eval()
-    out = np.empty((len(cells), model.config.embedding_dim), dtype=np.float32)
-    with torch.inference_mode(), autocast(device):
-        for rows in sorted_batches(cells.lengths, batch_size, max_tokens=max_tokens):
-            batch = collate(cells, model.config.vocab_size, rows).to(device)
-            out[rows] = model(batch).float().cpu().numpy()
-    return out
+    return embed_tokenized(model, cells, batch_size=batch_size, device=device, max_tokens=max_tokens)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from .._device import dtype_label
 from .._keys import TOKEN_KEY
 from .._settings import settings
 from ._utils import check_batch_size, check_copy, mapped_source
@@ -378,7 +379,7 @@ def _params(base, dev, label_key, layer, train_frac, valid_frac) -> dict:
         "label_key": label_key,
         "layer": layer or "X",
         "device": str(dev),
-        "dtype": "bfloat16-autocast" if dev.type == "cuda" else "float32",
+        "dtype": dtype_label(dev),
         "train_frac": train_frac,
         "valid_frac": valid_frac,
         "test_frac": round(1 - train_frac - valid_frac, 9),

@@ -208,20 +208,18 @@ def _stream_winners(model, adata, *, layer, batch_size: int, device) -> tuple[np
 
 
 def _winners(model, cells, *, batch_size: int, device) -> tuple[np.ndarray, np.ndarray]:
-    """Winner vocabulary index ``[n]`` and share ``[n]`` for every cell of ``cells``."""
-    import torch
-
-    from .._device import autocast
-    from ..data.collate import collate, sorted_batches
+    """Winner vocabulary index ``[n]`` and share ``[n]`` for every cell of ``cells`` (the one inference loop)."""
+    from ..nn.inference import map_batches
     from ..nn.pooling import winner_states
 
     model = model.to(device).eval()
-    winner = np.empty(len(cells), dtype=np.int64)
-    share = np.empty(len(cells), dtype=np.float32)
-    with torch.inference_mode(), autocast(device):
-        for rows in sorted_batches(cells.lengths, batch_size, max_tokens=settings.max_batch_tokens):
-            batch = collate(cells, model.config.vocab_size, rows).to(device)
-            hidden = winner_states(model.hidden(batch).float(), batch.gene_mask, model.config.pooling)
-            _, w, s = max_token_shares(hidden, batch.gene_mask, batch.gene_ids)
-            winner[rows], share[rows] = w.cpu().numpy(), s.cpu().numpy()
+
+    def readout(batch):
+        hidden = winner_states(model.hidden(batch).float(), batch.gene_mask, model.config.pooling)
+        _, w, s = max_token_shares(hidden, batch.gene_mask, batch.gene_ids)
+        return w, s
+
+    out = (np.empty(len(cells), dtype=np.int64), np.empty(len(cells), dtype=np.float32))
+    winner, share = map_batches(cells, readout, out, vocab_size=model.config.vocab_size, batch_size=batch_size,
+                                device=device, max_tokens=settings.max_batch_tokens)
     return winner, share
