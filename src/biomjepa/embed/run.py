@@ -4,7 +4,7 @@ Every input is cut into fixed blocks of ``block_rows`` rows; the blocks of all i
 order, are numbered ``0..B-1`` and block ``g`` belongs to rank ``g % world``. A rank embeds its
 blocks that are not yet ``done`` in the store, each through the package's one streaming reader
 (:func:`biomjepa.data.stream.iter_tokenized`, rows ``start..stop`` of the backed file) and
-:func:`biomjepa.tl._embed.embed_cells`. A block is always embedded whole by the same code,
+:func:`biomjepa.nn.inference.embed_cells`. A block is always embedded whole by the same code,
 whatever the number of ranks or the run that does it, so the store's contents do not depend on
 either, bit for bit. Ranks share nothing but the store: no collective, no process group. Rank 0
 creates (or checks) the store first, and at the end waits until every block is done, marks the
@@ -164,6 +164,7 @@ def _cuda(local_rank: int):
 
 def _manifest(model, inps, *, block_rows, batch_size, dev, layer, gene_key, species, id_type) -> dict:
     from .. import __version__
+    from .._device import dtype_label
     from .._settings import settings
     from ..data.vocab import Vocab
 
@@ -176,7 +177,7 @@ def _manifest(model, inps, *, block_rows, batch_size, dev, layer, gene_key, spec
         "settings": {
             "layer": layer or "X", "gene_key": gene_key or "var_names", "species": species, "id_type": id_type,
             "batch_size": batch_size, "max_batch_tokens": settings.max_batch_tokens,
-            "dtype": "bfloat16-autocast" if dev.type == "cuda" else "float32",
+            "dtype": dtype_label(dev),
             "pooling": model.config.pooling, "vocab_hash": Vocab.default().hash,
         },
         "biomjepa_version": __version__,
@@ -252,7 +253,7 @@ def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, la
 
     from .._settings import settings
     from ..data.stream import iter_tokenized
-    from ..tl._embed import embed_cells
+    from ..nn.inference import embed_cells
 
     by_name = {i.name: i for i in inps}
     fail_after = _fail_after(rank)

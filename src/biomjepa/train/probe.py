@@ -59,24 +59,24 @@ def load_probe(path: str, *, obs: str | None = None, label_key: str | None = Non
 
 
 def probe_embeddings(encoder, probe: ProbeSet, *, batch_size: int = 32) -> dict[str, np.ndarray]:
-    """``{pooling: [n, 2D]}`` embeddings of the probe cells under every readout (one forward pass)."""
-    import torch
+    """``{pooling: [n, 2D]}`` embeddings of the probe cells under every readout (one forward pass).
 
+    Through the one inference loop (:func:`biomjepa.nn.inference.map_batches`), so in the precision
+    ``tl.embed`` uses on the encoder's device (bf16 autocast on CUDA, float32 on CPU).
+    """
     from .._settings import settings
-    from ..data.collate import collate, sorted_batches
+    from ..nn.inference import map_batches
     from ..nn.pooling import POOLINGS, pool
 
-    device = next(encoder.parameters()).device
-    V = encoder.config.vocab_size
+    def readout(b):
+        h = encoder(b.gene_ids, b.values, b.mask).float()
+        return tuple(pool(h, b.gene_mask, b.values, k) for k in POOLINGS)
+
     out = {k: np.empty((len(probe.cells), 2 * encoder.config.d_model), np.float32) for k in POOLINGS}
     was_training = encoder.training
     encoder.eval()
-    with torch.inference_mode():
-        for rows in sorted_batches(probe.cells.lengths, batch_size, max_tokens=settings.max_batch_tokens):
-            b = collate(probe.cells, V, rows).to(device)
-            h = encoder(b.gene_ids, b.values, b.mask).float()
-            for k in POOLINGS:
-                out[k][rows] = pool(h, b.gene_mask, b.values, k).cpu().numpy()
+    map_batches(probe.cells, readout, tuple(out.values()), vocab_size=encoder.config.vocab_size,
+                batch_size=batch_size, device=next(encoder.parameters()).device, max_tokens=settings.max_batch_tokens)
     encoder.train(was_training)
     return out
 

@@ -210,8 +210,7 @@ def target_errors(
     """
     import torch
 
-    from .._device import autocast
-    from ..data.collate import sorted_batches
+    from ..nn.inference import map_cells
     from .inputs import build_inputs
     from .jepa import centred_targets
 
@@ -220,20 +219,24 @@ def target_errors(
     near = np.zeros(V, bool)
     if mods.coexp is not None:
         near[mods.coexp.neighbours(int(block_id))] = True
-    out = np.empty((len(removals), len(cells)))
-    with torch.inference_mode(), autocast(device):
-        for rows in sorted_batches(cells.lengths, batch_size, max_tokens=max_tokens):
-            sub = cells.subset(rows)
-            in_t = np.isin(sub.genes, target)
-            t = None
-            for r, genes in enumerate(removals):
-                sample = block_sample(sub, in_t, ~in_t & ~np.isin(sub.genes, genes), int(block_id), near, len(target))
-                inputs = build_inputs(sub, sample, V, objective="block").to(device)
-                if t is None:
-                    t = centred_targets(mods.teacher, inputs, 1, mods.centre, norm=mods.target_norm)[0]
-                pred = mods.jepa(inputs)[:, 0].float()
-                out[r, rows] = (pred - t).pow(2).sum(-1).double().cpu().numpy()
-    return out
+    if len(removals) == 0:
+        return np.empty((0, len(cells)))
+
+    def step(sub):  # [B, len(removals)] float64 for one length-sorted batch of cells
+        in_t = np.isin(sub.genes, target)
+        t, errors = None, []
+        for genes in removals:
+            sample = block_sample(sub, in_t, ~in_t & ~np.isin(sub.genes, genes), int(block_id), near, len(target))
+            inputs = build_inputs(sub, sample, V, objective="block").to(device)
+            if t is None:
+                t = centred_targets(mods.teacher, inputs, 1, mods.centre, norm=mods.target_norm)[0]
+            pred = mods.jepa(inputs)[:, 0].float()
+            errors.append((pred - t).pow(2).sum(-1).double())
+        return torch.stack(errors, dim=1)
+
+    (out,) = map_cells(cells, step, (np.empty((len(cells), len(removals))),), batch_size=batch_size, device=device,
+                       max_tokens=max_tokens)
+    return np.ascontiguousarray(out.T)
 
 
 def block_sample(cells, in_t: np.ndarray, context: np.ndarray, block_id: int, near: np.ndarray, n_candidates: int):
