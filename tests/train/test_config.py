@@ -55,3 +55,39 @@ def test_numbers_out_of_range_are_refused_naming_the_key(key, value, msg):
     assert key in str(err.value)
     with pytest.raises(ValueError, match=key):
         TrainConfig.from_dict({"preset": "tiny"}).with_overrides([f"{key}={value}"])
+
+
+def test_sections_and_flat_keys_of_older_configs(tmp_path):
+    """A config is written by section; a flat config of an older version loads to the same config with one
+    FutureWarning naming where each key went; states save (and resume from) the flat form."""
+    import warnings
+
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("preset: tiny\nrun: {steps: 7}\noptim: {lr: 3.0e-4}\nprobe: {path: cells.h5ad, cells: 64}\n")
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("preset: tiny\nsteps: 7\nlr: 3.0e-4\nprobe: cells.h5ad\nprobe_cells: 64\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg = TrainConfig.from_yaml(nested)  # no warning for the sectioned form
+    with pytest.warns(FutureWarning, match=r"lr → optim\.lr.*probe → probe\.path.*probe_cells → probe\.cells") as rec:
+        old = TrainConfig.from_yaml(flat)
+    assert len(rec) == 1 and old == cfg
+    assert (cfg.run.steps, cfg.optim.lr, cfg.probe.path, cfg.probe.cells) == (7, 3e-4, "cells.h5ad", 64)
+    assert cfg.flat()["lr"] == 3e-4 and cfg.flat()["probe"] == "cells.h5ad"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert TrainConfig.from_flat(cfg.flat()) == cfg  # what a resumed run reads from its state
+    assert set(cfg.to_dict()) == {"run", "data", "blocks", "model", "loss", "teacher", "optim", "loop", "probe"}
+    with pytest.warns(FutureWarning, match=r"TrainConfig\.lr is now TrainConfig\.optim\.lr"):
+        assert cfg.lr == 3e-4
+
+
+def test_overrides_by_section_and_their_errors():
+    cfg = load_config("tiny", ["optim.lr=3e-4", "probe.path=x.h5ad", "model.preset=mini", "run.stop_at=null"])
+    assert (cfg.optim.lr, cfg.probe.path, cfg.model_config().d_model, cfg.run.stop_at) == (3e-4, "x.h5ad", 128, None)
+    assert load_config("tiny", ["lr=3e-4"]) == load_config("tiny", ["optim.lr=3e-4"])  # a bare key: its one section
+    for bad in ("optim.steps=3", "optim.nope=1", "nope.lr=1"):
+        with pytest.raises(ValueError, match=r"Unknown TrainConfig key .*known keys: \['blocks\.dmt_k'"):
+            load_config("tiny", [bad])
+    with pytest.raises(ValueError, match=r"section 'optim' holds"):
+        TrainConfig.from_dict({"optim": {"steps": 3}})

@@ -141,8 +141,7 @@ class TrainConfig:
             if "=" not in item:
                 raise ValueError(f"an override must be key=value, got {item!r}.")
             key, raw = (part.strip() for part in item.split("=", 1))
-            key = _known(key.split(".", 1)[1] if key.split(".", 1)[0] in SECTIONS and "." in key else key,
-                         f"override {item}: ", dotted=key)
+            key = _flat_key(key, f"override {item}: ")
             try:
                 value = yaml.safe_load(raw)
             except yaml.YAMLError:
@@ -183,13 +182,25 @@ class TrainConfig:
                            random_ratio=b.random_ratio if random else None, max_context=self.data.context_genes)
 
 
-def _known(key: str, where: str, dotted: str | None = None) -> str:
+def _known(key: str, where: str) -> str:
+    """``key`` if it is a flat key; the error names the removed or unknown key and lists the known ones."""
     if key in REMOVED_KEYS:
         raise ValueError(f"{where}TrainConfig key {key!r} was removed: {REMOVED_KEYS[key]}.")
-    if key not in FLAT or (dotted and "." in dotted and dotted != f"{FLAT[key][0]}.{FLAT[key][1]}"):
+    if key not in FLAT:
         known = sorted(f"{s}.{n}" for s, n in FLAT.values())
-        raise ValueError(f"{where}Unknown TrainConfig key {dotted or key!r}; known keys: {known}.")
+        raise ValueError(f"{where}Unknown TrainConfig key {key!r}; known keys: {known}.")
     return key
+
+
+def _flat_key(key: str, where: str) -> str:
+    """The flat key of ``section.field`` (or of a bare flat key)."""
+    if "." not in key:
+        return _known(key, where)
+    match = [k for k, sn in FLAT.items() if f"{sn[0]}.{sn[1]}" == key]
+    if not match:
+        known = sorted(f"{s}.{n}" for s, n in FLAT.values())
+        raise ValueError(f"{where}Unknown TrainConfig key {key!r}; known keys: {known}.")
+    return match[0]
 
 
 def _flatten(d: dict, where: str) -> tuple[dict, list[str]]:
@@ -200,7 +211,8 @@ def _flatten(d: dict, where: str) -> tuple[dict, list[str]]:
             for name, v in value.items():
                 match = [k for k, (s, n) in FLAT.items() if s == key and n == name]
                 if not match:
-                    _known(name, where, dotted=f"{key}.{name}") if name in REMOVED_KEYS else None
+                    if name in REMOVED_KEYS:
+                        _known(name, where)
                     known = sorted(n for s, n in FLAT.values() if s == key)
                     raise ValueError(f"{where}Unknown TrainConfig keys ['{key}.{name}']; section {key!r} holds {known}.")
                 out[match[0]] = v
