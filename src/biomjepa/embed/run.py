@@ -163,9 +163,9 @@ def _cuda(local_rank: int):
 
 
 def _manifest(model, inps, *, block_rows, batch_size, dev, layer, gene_key, species, id_type) -> dict:
-    from .. import __version__
     from .._device import dtype_label
     from .._settings import settings
+    from .._version import __version__
     from ..data.vocab import Vocab
 
     return {
