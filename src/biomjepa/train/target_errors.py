@@ -93,7 +93,7 @@ class TrainingModules:
 def load_training_modules(checkpoint: str | os.PathLike | dict, *, graph=None, device="cpu") -> TrainingModules:
     """Rebuild the modules of a training state (run directory, ``step_*.pt`` file or loaded dict).
 
-    ``graph``: a :class:`~biomjepa.train.graph.GeneGraph`, a directory saved by ``GeneGraph.save``
+    ``graph``: a :class:`~biomjepa.data.graph.GeneGraph`, a directory saved by ``GeneGraph.save``
     or ``None`` (the run's ``graph`` setting, else its corpus cache ``graph/``).
     """
     from dataclasses import replace
@@ -155,27 +155,19 @@ def _read_state(checkpoint) -> tuple[dict, str, Path | None]:
 
 def _open_graph(graph, cfg, run_dir: Path | None):
     """The run's gene graph: ``graph`` if given, else ``cfg.graph``, else the corpus cache's ``graph/``."""
-    from .graph import GeneGraph
-    from .loop import run_dir_of
+    from ..data.graph import GRAPH_DIR, find_graph
+    from .setup import run_dir_of
 
-    if isinstance(graph, GeneGraph):
-        return graph
-    if graph is not None:
-        candidates = [Path(graph)]
-    else:
-        candidates = [Path(cfg.graph)] if cfg.graph else []
-        if isinstance(cfg.corpus, str):
-            candidates.append(Path(cfg.corpus) / "graph")
-        if cfg.cache_dir:
-            candidates.append(Path(cfg.cache_dir) / "graph")
-        candidates += [d / "corpus" / "graph" for d in (run_dir, run_dir_of(cfg)) if d is not None]
-    for c in candidates:
-        if (c / "graph.npz").is_file() and (c / "coexp.npz").is_file():
-            return GeneGraph.load(c)
-    raise FileNotFoundError(
-        f"The run's gene graph (needed for the DMT neighbourhoods) was not found in {[str(c) for c in candidates]}; "
-        "pass `graph=` a GeneGraph or the directory it was saved to."
-    )
+    search = []
+    if graph is None:
+        data = cfg.data
+        search = [Path(cfg.blocks.graph)] if cfg.blocks.graph else []
+        if isinstance(data.corpus, str):
+            search.append(Path(data.corpus) / GRAPH_DIR)
+        if data.cache_dir:
+            search.append(Path(data.cache_dir) / GRAPH_DIR)
+        search += [d / "corpus" / GRAPH_DIR for d in (run_dir, run_dir_of(cfg)) if d is not None]
+    return find_graph(graph, search=search, need="The run's gene graph is needed for the DMT neighbourhoods")
 
 
 def target_errors(
