@@ -210,6 +210,106 @@ def test_model_import_stays_below_the_tools():
     assert bj.__version__ == __import__("biomjepa._version", fromlist=["__version__"]).__version__
 
 
+# --------------------------------------------------------------------------- one inference loop (issue 23)
+def _private_imports(path: Path, rel: str) -> list[str]:
+    """Imports in module ``rel`` (its path under ``biomjepa/``) of another subpackage's private module or name.
+
+    Private: a module or name with a leading underscore below a subpackage (``tl._embed``) or imported by
+    name (``from ..tl._ablate import _null_sets``, ``from .._device import _cpu_ticks``). Dunders
+    (``__main__``, ``__version__``) are not private; the root's modules (``_settings``, ``_device``...) are
+    everyone's, and a subpackage may use its own private modules.
+    """
+    parts = Path(rel).parts
+    own = parts[0] if len(parts) > 1 else None
+    found = []
+    for line, module, name in _imports(path, ".".join(("biomjepa", *parts[:-1]))):
+        if not module.startswith("biomjepa"):
+            continue
+        target = [*module.split(".")[1:], *([name] if name else [])]
+        sub = target[0] if target and (SRC / target[0]).is_dir() else None
+        below = target[1:] if sub else target[-1:] if name else []
+        if sub != own and any(p.startswith("_") and not p.startswith("__") for p in below):
+            found.append(f"{rel}:{line}: {module} {name}")
+    return found
+
+
+def test_no_private_imports_across_subpackages(tmp_path):
+    """No module imports a private (underscore) module or name of another subpackage."""
+    found = [f for p in sorted(SRC.rglob("*.py")) for f in _private_imports(p, p.relative_to(SRC).as_posix())]
+    assert found == [], f"import public names (e.g. biomjepa.nn.inference.embed_cells): {found}"
+    cases = {  # the check sees what it forbids, and lets a subpackage use its own private modules
+        ("embed/x.py", "from ..tl._embed import embed_cells"): True,
+        ("embed/x.py", "from ..tl import _embed"): True,
+        ("tl/x.py", "import biomjepa.train._kit"): True,
+        ("tl/x.py", "from .._device import _cpu_ticks"): True,
+        ("tl/x.py", "from ._ablate import _null_sets\nfrom .._device import autocast\nfrom .. import __version__"): False,
+    }
+    for (rel, code), flagged in cases.items():
+        (tmp_path / "m.py").write_text(code + "\n")
+        assert bool(_private_imports(tmp_path / "m.py", rel)) is flagged, (rel, code)
+
+
+#: where cells are cut into length-sorted batches (``sorted_batches``) or padded (``collate``) outside
+#: ``data/``: the one inference loop, and training, which batches and collates for gradient steps
+BATCHING = {
+    ("nn/inference.py", "map_cells", "sorted_batches"),  # the one inference loop
+    ("nn/inference.py", "map_batches", "collate"),  # ... with each batch collated for a forward pass
+    ("nn/finetune.py", "training_batches", "sorted_batches"),  # fine-tuning: shuffled training batches
+    ("nn/finetune.py", "train_epoch", "collate"),  # fine-tuning: the gradient step
+    ("train/inputs.py", "build_inputs", "collate"),  # pretraining: teacher and student views
+}
+
+
+def _batching_calls(path: Path, rel: str) -> set[tuple[str, str, str]]:
+    """``(module, top-level function or Class.method, callee)`` for each call of sorted_batches/collate."""
+    found = set()
+
+    def visit(node, owner):
+        for child in ast.iter_child_nodes(node):
+            name = owner
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and owner is None:
+                name = child.name
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) and "." not in owner and \
+                    isinstance(node, ast.ClassDef):
+                name = f"{owner}.{child.name}"
+            if isinstance(child, ast.Call):
+                f = child.func
+                callee = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                if callee in ("sorted_batches", "collate"):
+                    found.add((rel, name or "<module>", callee))
+            visit(child, name)
+
+    visit(ast.parse(path.read_text(), filename=str(path)), None)
+    return found
+
+
+def test_one_batched_inference_loop():
+    """Batched inference over cells (length-sorted batches → collate → forward → rows back in order) exists
+    once, in ``nn/inference.py``, under ``torch.inference_mode`` and ``_device.autocast``; every tool calls it."""
+    found = set()
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if not rel.startswith("data/"):
+            found |= _batching_calls(path, rel)
+    assert found - BATCHING == set(), "run batched inference through biomjepa.nn.inference.map_cells/map_batches"
+    assert BATCHING - found == set(), "BATCHING lists a call that no longer exists: update it"
+    tree = ast.parse((SRC / "nn" / "inference.py").read_text())
+    loop = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "map_cells")
+    assert any("inference_mode" in ast.unparse(d) for d in loop.decorator_list)
+    assert any(isinstance(n, ast.Call) and ast.unparse(n.func) == "autocast" for n in ast.walk(loop))
+    tensor_world = _offending_imports("nn", ("anndata", "biomjepa.pp", "biomjepa.tl", "biomjepa.pl", "biomjepa.bench"))
+    assert tensor_world == [], f"nn/ is tensor world: {tensor_world}"
+    users = {"tl/_embed.py", "tl/_max_token.py", "nn/finetune.py", "train/probe.py", "train/target_errors.py",
+             "embed/run.py"}
+    callers = {p.relative_to(SRC).as_posix() for p in SRC.rglob("*.py")
+               if _reaches_any(p, ("biomjepa.nn.inference",))}
+    assert users <= callers, f"these inference paths no longer use the loop: {users - callers}"
+
+
+def _reaches_any(path: Path, prefixes: tuple[str, ...]) -> bool:
+    return any(_reaches(m, n, prefixes) for _, m, n in _imports(path, _package_of(path)))
+
+
 # --------------------------------------------------------------------------- command lines
 #: the ``python -m`` shims: they import their command from ``biomjepa.cli`` and pass its exit code on
 CLI_SHIMS = {"train/__main__.py", "embed/__main__.py"}
