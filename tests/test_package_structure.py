@@ -321,7 +321,7 @@ def _cli_offences(path: Path, rel: str) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-        if "argparse" in names or isinstance(node, ast.ImportFrom) and node.module == "argparse":
+        if "argparse" in names or (isinstance(node, ast.ImportFrom) and node.module == "argparse"):
             found.append(f"{rel}:{node.lineno}: imports argparse")
         elif isinstance(node, ast.Attribute) and node.attr in ("ArgumentParser", "exit") and \
                 isinstance(node.value, ast.Name) and node.value.id in ("argparse", "sys"):
