@@ -7,8 +7,8 @@ import json
 from _kit import tiny_config
 
 from biomjepa.cli import main
-from biomjepa.train.distributed import DistInfo
 from biomjepa.data.graph import GeneGraph
+from biomjepa.train.distributed import DistInfo
 from biomjepa.train.loop import open_corpus, open_graph, run_dir_of
 
 
