@@ -147,7 +147,6 @@ def ablate_programme(
 
     from .._device import resolve_device
     from .._pretrained import load_model
-    from ..data.vocab import Vocab
 
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
@@ -163,27 +162,15 @@ def ablate_programme(
         _check_matched(matched, programmes, groups[labelled], groupby)
     if n_random < 1 or n_cells < 2:
         raise ValueError(f"n_random must be >= 1 and n_cells >= 2; got {n_random}, {n_cells}.")
-    vocab = Vocab.default()
-    mean, detection, _ = scan_gene_stats(source, layer=layer, vocab_size=vocab.size)
-    observed = np.flatnonzero(detection > 0)
-    ids, left_out = _programme_ids(programmes, vocab, detection)
-    rng = np.random.default_rng(random_state)
-    rows = _sample_cells(groups, labelled, n_cells, rng, required=set((matched or {}).values()))
-    bins = expression_bins(mean[observed], detection[observed], n_bins)
-    null_sets, null_table = _null_sets(ids, observed, bins, n_random, rng, vocab.symbols)
-
+    plan = _plan(source, programmes, groups, labelled, layer=layer, n_cells=n_cells, n_random=n_random,
+                 n_bins=n_bins, random_state=random_state, required=set((matched or {}).values()))
     dev = resolve_device(device)
     model = load_model(checkpoint)
-    table = _ablate_all(model, source, rows, ids, null_sets, layer=layer, batch_size=bs, device=dev)
+    rows, ids = plan["rows"], plan["ids"]
+    table = _ablate_all(model, source, rows, ids, plan["null_sets"], layer=layer, batch_size=bs, device=dev)
     table.insert(0, "group", np.tile(groups[rows], len(ids)))
     table.insert(0, "cell", np.tile(target.obs_names[rows].to_numpy(), len(ids)))
-    summary = (
-        table.groupby(["programme", "group"], sort=False)
-        .agg(n_cells=("excess", "size"), displacement=("displacement", "mean"),
-             null_displacement=("null_displacement", "mean"), excess=("excess", "mean"))
-        .reset_index()
-    )
-    result = {"cells": table, "groups": summary, "null_sets": null_table}
+    result = {"cells": table, "groups": _group_summary(table), "null_sets": plan["null_table"]}
     if matched is not None:
         result["matched"], result["test"] = matched_test(table, matched)
     result["params"] = {
@@ -191,15 +178,46 @@ def ablate_programme(
         "n_cells": n_cells, "checkpoint": model.info.get("name", "unnamed"), "layer": "raw.X" if use_raw else layer or "X",
         "graph": graph_label(graph),
         "n_bins": n_bins, "random_state": random_state, "batch_size": bs, "device": str(dev),
-        "programmes": {k: [str(vocab.symbols[g]) for g in v] for k, v in ids.items()},
-        "left_out": left_out, "null": "mean-expression × detection quantile bins over detected genes",
+        "programmes": plan["programmes"], "left_out": plan["left_out"],
+        "null": "mean-expression × detection quantile bins over detected genes",
     }
-    if len(ids) == 1:
+    _write(target, key_added, result, rows)
+    return adata if copy else None
+
+
+def _write(target, key_added: str, result: dict, rows: np.ndarray) -> None:
+    """``uns[key_added]``, and with one programme ``obs[f"{key_added}_excess"]`` (NaN for cells not sampled)."""
+    if len(result["params"]["programmes"]) == 1:
         col = np.full(target.n_obs, np.nan)
-        col[rows] = table["excess"].to_numpy()
+        col[rows] = result["cells"]["excess"].to_numpy()
         target.obs[f"{key_added}_excess"] = col
     target.uns[key_added] = result
-    return adata if copy else None
+
+
+def _plan(source, programmes, groups, labelled, *, layer, n_cells, n_random, n_bins, random_state, required) -> dict:
+    """The sampled cells, the programmes' vocabulary ids and their matched random sets (seeded, one pass)."""
+    from ..data.vocab import Vocab
+
+    vocab = Vocab.default()
+    mean, detection, _ = scan_gene_stats(source, layer=layer, vocab_size=vocab.size)
+    observed = np.flatnonzero(detection > 0)
+    ids, left_out = _programme_ids(programmes, vocab, detection)
+    rng = np.random.default_rng(random_state)
+    rows = _sample_cells(groups, labelled, n_cells, rng, required=required)
+    bins = expression_bins(mean[observed], detection[observed], n_bins)
+    null_sets, null_table = _null_sets(ids, observed, bins, n_random, rng, vocab.symbols)
+    return {"rows": rows, "ids": ids, "left_out": left_out, "null_sets": null_sets, "null_table": null_table,
+            "programmes": {k: [str(vocab.symbols[g]) for g in v] for k, v in ids.items()}}
+
+
+def _group_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per programme × group: ``n_cells`` and the mean displacement, null displacement and excess."""
+    return (
+        table.groupby(["programme", "group"], sort=False)
+        .agg(n_cells=("excess", "size"), displacement=("displacement", "mean"),
+             null_displacement=("null_displacement", "mean"), excess=("excess", "mean"))
+        .reset_index()
+    )
 
 
 def _resolve_programmes(programme: ProgrammeSpec, graph=None) -> dict[str, list[str]]:

@@ -171,10 +171,7 @@ def programme_dependencies(
         training step and objective of the checkpoint.
     """
     from .._device import resolve_device
-    from ..data.vocab import Vocab
     from ..train.target_errors import programme_errors  # the one function tl uses from train
-    from ._ablate import _null_sets, _programme_ids
-    from ._null import expression_bins, scan_gene_stats
 
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
@@ -186,6 +183,37 @@ def programme_dependencies(
         raise ValueError("adata has no cells.")
     progs = _check_inputs(target, programmes, groupby, matched, n_random, n_cells)
     dev = resolve_device(device)
+    plan = _plan(source, target, progs, groupby, matched, layer=layer, n_cells=n_cells, n_random=n_random,
+                 n_bins=n_bins, random_state=random_state)
+    ids, sampled, null_sets = plan["ids"], plan["sampled"], plan["null_sets"]
+    jobs = _jobs(source, sampled, ids, plan["block_ids"], null_sets, layer)
+    errors, info = programme_errors(checkpoint, jobs, graph=graph, device=dev, batch_size=bs,
+                                    max_tokens=settings.max_batch_tokens)
+    pairs, cell_rows = _tables(errors, jobs, sampled, ids, null_sets, plan["groups"], matched, target.obs_names)
+    matrix = pairs.pivot(index="source", columns="target", values="dependency").reindex(index=list(ids),
+                                                                                          columns=list(ids))
+    matrix.index.name, matrix.columns.name = "source", "target"
+    target.uns[key_added] = {
+        "matrix": matrix, "pairs": pairs, "cells": cell_rows, "null_sets": plan["null_table"],
+        "params": {
+            "groupby": groupby, "matched": dict(matched), "n_random": n_random, "n_cells": n_cells,
+            "layer": "raw.X" if use_raw else layer or "X", "n_bins": n_bins, "random_state": random_state, "batch_size": bs,
+            "device": str(dev), "checkpoint": info["source"], "step": info["step"], "objective": info["objective"],
+            "programmes": plan["programmes"], "block_ids": {k: int(v) for k, v in plan["block_ids"].items()},
+            "left_out": plan["left_out"],
+            "error": "squared L2 between predicted and centred teacher mean state of T = b ∩ observed",
+            "ablation": "source genes removed from the student context; teacher target unchanged",
+        },
+    }
+    return adata if copy else None
+
+
+def _plan(source, target, progs, groupby, matched, *, layer, n_cells, n_random, n_bins, random_state) -> dict:
+    """Vocabulary ids and block ids of the programmes, their matched random sets and the sampled cells."""
+    from ..data.vocab import Vocab
+    from ._ablate import _null_sets, _programme_ids
+    from ._null import expression_bins, scan_gene_stats
+
     vocab = Vocab.default()
     vocab_ids = {k: vocab.index_of(v) for k, v in progs.items()}
     mean, detection, hits = scan_gene_stats(
@@ -193,32 +221,14 @@ def programme_dependencies(
     )
     observed = np.flatnonzero(detection > 0)
     ids, left_out = _programme_ids(progs, vocab, detection)
-    block_ids = {k: _block_id(v) for k, v in vocab_ids.items()}
     rng = np.random.default_rng(random_state)
     bins = expression_bins(mean[observed], detection[observed], n_bins)
     null_sets, null_table = _null_sets(ids, observed, bins, n_random, rng, vocab.symbols)
     groups, labelled = labels_or_drop(target, groupby, what="the matched identities")
     sampled = {b: _sample_target_cells(hits[b], labelled & (groups == str(matched[b])), n_cells, rng, b) for b in ids}
-    jobs = _jobs(source, sampled, ids, block_ids, null_sets, layer)
-    errors, info = programme_errors(checkpoint, jobs, graph=graph, device=dev, batch_size=bs,
-                                    max_tokens=settings.max_batch_tokens)
-    pairs, cell_rows = _tables(errors, jobs, sampled, ids, null_sets, groups, matched, target.obs_names)
-    matrix = pairs.pivot(index="source", columns="target", values="dependency").reindex(index=list(ids),
-                                                                                          columns=list(ids))
-    matrix.index.name, matrix.columns.name = "source", "target"
-    target.uns[key_added] = {
-        "matrix": matrix, "pairs": pairs, "cells": cell_rows, "null_sets": null_table,
-        "params": {
-            "groupby": groupby, "matched": dict(matched), "n_random": n_random, "n_cells": n_cells,
-            "layer": "raw.X" if use_raw else layer or "X", "n_bins": n_bins, "random_state": random_state, "batch_size": bs,
-            "device": str(dev), "checkpoint": info["source"], "step": info["step"], "objective": info["objective"],
-            "programmes": {k: [str(vocab.symbols[g]) for g in v] for k, v in ids.items()},
-            "block_ids": {k: int(v) for k, v in block_ids.items()}, "left_out": left_out,
-            "error": "squared L2 between predicted and centred teacher mean state of T = b ∩ observed",
-            "ablation": "source genes removed from the student context; teacher target unchanged",
-        },
-    }
-    return adata if copy else None
+    return {"ids": ids, "left_out": left_out, "block_ids": {k: _block_id(v) for k, v in vocab_ids.items()},
+            "null_sets": null_sets, "null_table": null_table, "groups": groups, "sampled": sampled,
+            "programmes": {k: [str(vocab.symbols[g]) for g in v] for k, v in ids.items()}}
 
 
 def _check_inputs(adata, programmes, groupby, matched, n_random, n_cells) -> dict[str, list[str]]:

@@ -180,14 +180,7 @@ def perturbation_arithmetic(
     n_cells, n_controls = check_int("n_cells", n_cells, none_ok=True), check_int("n_controls", n_controls, none_ok=True)
     adata = adata.copy() if copy else adata
     target = get_modality(adata, mod)
-    if use_rep not in target.obsm:
-        raise KeyError(
-            f"adata.obsm[{use_rep!r}] not found (have {list(target.obsm)}). Run `bj.tl.embed` or e.g. `sc.pp.pca` first."
-        )
-    if perturbation_key not in target.obs:
-        raise KeyError(f"adata.obs[{perturbation_key!r}] not found; pass `perturbation_key=`.")
-    if n_random < 1:
-        raise ValueError(f"n_random must be >= 1, got {n_random}.")
+    _check_keys(target, use_rep, perturbation_key, n_random)
     labels, labelled = labels_or_drop(target, perturbation_key, what="the perturbation arithmetic")
     labels = np.where(labelled, labels, None)  # a missing label never becomes a 'nan' condition
     X = np.asarray(target.obsm[use_rep], dtype=np.float64)
@@ -199,19 +192,7 @@ def perturbation_arithmetic(
             f"Found {len(ctrl_rows)} control cells labelled {control!r} in obs[{perturbation_key!r}]; "
             f"need at least {max(min_cells, 2)}. Pass `control=` the control label."
         )
-    counts = {str(lab): int(c) for lab, c in zip(*np.unique(labels[labelled], return_counts=True))}
-    few = sorted(lab for lab, c in counts.items() if c < min_cells and lab != control)
-    if few:
-        warnings.warn(f"Conditions with fewer than min_cells={min_cells} cells are dropped: {few}.", stacklevel=2)
-    singles, doubles, used_sep = parse_perturbations([k for k in counts if k not in few], control, sep)
-    evaluable = {d: ab for d, ab in doubles.items() if ab[0] in singles and ab[1] in singles}
-    if not evaluable:
-        raise ValueError(
-            f"No double perturbation with both singles measured (found {len(doubles)} doubles, "
-            f"{len(singles)} singles, separator {used_sep!r}). Check `sep=`, `control=` and `min_cells=`."
-        )
-    if len(singles) < 3:
-        raise ValueError(f"Need at least 3 singles to draw random pairs; found {len(singles)}.")
+    singles, doubles, evaluable, used_sep = _conditions(labels, labelled, control, sep, min_cells)
 
     ctrl = _sample(ctrl_rows, n_controls, rng)
     mu0 = X[ctrl].mean(axis=0)
@@ -228,6 +209,35 @@ def perturbation_arithmetic(
         "null": "random single pairs matched on quantile bins of target-gene mean expression in controls",
     }}
     return adata if copy else None
+
+
+def _check_keys(target, use_rep: str, perturbation_key: str, n_random: int) -> None:
+    if use_rep not in target.obsm:
+        raise KeyError(
+            f"adata.obsm[{use_rep!r}] not found (have {list(target.obsm)}). Run `bj.tl.embed` or e.g. `sc.pp.pca` first."
+        )
+    if perturbation_key not in target.obs:
+        raise KeyError(f"adata.obs[{perturbation_key!r}] not found; pass `perturbation_key=`.")
+    if n_random < 1:
+        raise ValueError(f"n_random must be >= 1, got {n_random}.")
+
+
+def _conditions(labels, labelled, control: str, sep, min_cells: int):
+    """Singles, doubles and the doubles whose two singles were measured, from the cells' labels (≥ ``min_cells``)."""
+    counts = {str(lab): int(c) for lab, c in zip(*np.unique(labels[labelled], return_counts=True))}
+    few = sorted(lab for lab, c in counts.items() if c < min_cells and lab != control)
+    if few:
+        warnings.warn(f"Conditions with fewer than min_cells={min_cells} cells are dropped: {few}.", stacklevel=3)
+    singles, doubles, used_sep = parse_perturbations([k for k in counts if k not in few], control, sep)
+    evaluable = {d: ab for d, ab in doubles.items() if ab[0] in singles and ab[1] in singles}
+    if not evaluable:
+        raise ValueError(
+            f"No double perturbation with both singles measured (found {len(doubles)} doubles, "
+            f"{len(singles)} singles, separator {used_sep!r}). Check `sep=`, `control=` and `min_cells=`."
+        )
+    if len(singles) < 3:
+        raise ValueError(f"Need at least 3 singles to draw random pairs; found {len(singles)}.")
+    return singles, doubles, evaluable, used_sep
 
 
 def _sample(rows: np.ndarray, n: int | None, rng) -> np.ndarray:

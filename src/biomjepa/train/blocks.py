@@ -217,17 +217,7 @@ def sample_blocks(
     P = n * K
     lengths = np.diff(indptr)
     pair_cell = np.repeat(np.arange(n), K)
-    plen = lengths[pair_cell]
-    requested = np.minimum(_requested(cfg, P, V, rng), V)
-    requested[plen == 0] = 0
-    if cfg.mode == "graph":
-        u = rng.integers(0, np.maximum(plen, 1))
-        at = np.minimum(indptr[pair_cell] + u, genes.size - 1)
-        seed_gene = np.where(plen > 0, genes[at], -1) if genes.size else np.full(P, -1, np.int64)
-        cp, cg = bfs_blocks(graph.blocks.indptr, graph.blocks.indices, seed_gene, requested, V, rng)
-    else:
-        seed_gene = np.full(P, -1, np.int64)
-        cp, cg = _random_blocks(requested, V, rng)
+    seed_gene, requested, cp, cg = _candidate_blocks(indptr, genes, graph, cfg, rng, pair_cell, V)
     member = np.zeros(P * V, dtype=bool)
     member[cp * V + cg] = True
 
@@ -267,6 +257,26 @@ def sample_blocks(
     if keep_candidates:
         out.candidate_indptr, out.candidate_genes = np.r_[0, np.cumsum(cand)], cg
     return out
+
+
+def _candidate_blocks(indptr, genes, graph, cfg: BlockConfig, rng, pair_cell, V: int):
+    """Per (cell, target) pair: the seed gene, the requested size and the candidate block (pair ids, genes).
+
+    Graph mode grows a BFS block from a gene observed in the cell; random mode draws genes uniformly.
+    """
+    P = len(pair_cell)
+    plen = np.diff(indptr)[pair_cell]
+    requested = np.minimum(_requested(cfg, P, V, rng), V)
+    requested[plen == 0] = 0
+    if cfg.mode == "graph":
+        u = rng.integers(0, np.maximum(plen, 1))
+        at = np.minimum(indptr[pair_cell] + u, genes.size - 1)
+        seed_gene = np.where(plen > 0, genes[at], -1) if genes.size else np.full(P, -1, np.int64)
+        cp, cg = bfs_blocks(graph.blocks.indptr, graph.blocks.indices, seed_gene, requested, V, rng)
+    else:
+        seed_gene = np.full(P, -1, np.int64)
+        cp, cg = _random_blocks(requested, V, rng)
+    return seed_gene, requested, cp, cg
 
 
 def _dmt(graph, cfg, block_id, cand, opair, flat, local, genes, context, V):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import typing
 import warnings
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 

@@ -117,3 +117,26 @@ def append_rows(path: Path, rows: list[dict]) -> None:
         if new:
             w.writeheader()
         w.writerows(rows)
+
+
+class probe_hook:  # a class used like a function: ``on_checkpoint=probe_hook(cfg.probe, seed=...)``
+    """The ``on_checkpoint`` hook that scores the teacher on held-out cells and appends to ``probe.csv``.
+
+    ``cfg`` is the config's ``probe`` section; the cells are read on first use (rank 0 only).
+    """
+
+    def __init__(self, cfg, *, seed: int) -> None:
+        self.cfg, self.seed, self.probe = cfg, seed, None
+
+    def __call__(self, step: int, teacher, run_dir: Path) -> None:
+        import logging
+
+        if self.probe is None:
+            c = self.cfg
+            self.probe = load_probe(c.path, obs=c.obs, label_key=c.label_key, max_cells=c.cells, seed=self.seed)
+        rows = probe_scores(teacher, self.probe, step)
+        append_rows(Path(run_dir) / "probe.csv", rows)
+        for r in rows:
+            logging.getLogger("biomjepa.train.loop").info(
+                "probe step %d %s: effective rank %.1f, depth_nnz %.2f, F1(k=5) %.3f", step, r["pooling"],
+                r["effective_rank"], r["depth_nnz"], r["macro_f1_k5"])
