@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
+from .backends import materialize
+
 INTEGER_TOL = 0.01  # |c - round(c)| allowed (float32 log values carry ~1e-6 relative error)
 INTEGER_SHARE = 0.99  # share of a cell's values that must be integers (after the library size)
 SUM_TOL = 1e-3  # relative spread allowed between cells' expm1 row sums (one target sum T)
@@ -119,9 +121,8 @@ class _PseudoCounts:
         self.shape = matrix.shape
 
     def __getitem__(self, rows: slice) -> sparse.csr_matrix:
-        from .stream import _materialize
 
-        return self._view.counts(_materialize(self._matrix[rows]), rows, self._where)
+        return self._view.counts(materialize(self._matrix[rows]), rows, self._where)
 
 
 def _expm1(block, where: str) -> sparse.csr_matrix:

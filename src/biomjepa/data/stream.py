@@ -28,6 +28,7 @@ from scipy import sparse
 
 from .._keys import TOKEN_KEY
 from .anndata_source import RawCounts, token_column
+from .backends import is_dask, materialize
 from .lognorm import LogNormalized
 from .tokenize import TokenizedCells, check_counts, concat_cells, to_vocab_counts, tokenize
 
@@ -56,7 +57,7 @@ def _raw_hint(adata) -> str:
     if raw is None:
         return ""
     try:
-        check_counts(_materialize(raw.X[: min(adata.n_obs, CHUNK)]), where="raw.X")
+        check_counts(materialize(raw.X[: min(adata.n_obs, CHUNK)]), where="raw.X")
     except (ValueError, TypeError, IndexError):
         return ""
     return (
@@ -71,30 +72,13 @@ _LOGNORM_HINT = (
 )
 
 
-def _is_dask(X) -> bool:
-    return type(X).__module__.startswith("dask.")
-
-
 def _row_bounds(X, chunk: int, start: int, stop: int) -> list[tuple[int, int]]:
     """Row ranges to read: ``chunk`` rows, cut at dask's own chunk edges so no block is read twice."""
     edges = set(range(start, stop, chunk))
-    if _is_dask(X):
+    if is_dask(X):
         edges |= {int(e) for e in np.cumsum((0, *tuple(X.chunks[0]))) if start <= e < stop}
     cuts = sorted(edges | {stop})
     return [(a, b) for a, b in pairwise(cuts) if b > a]
-
-
-def _materialize(block):
-    """One block as scipy sparse or numpy, whatever the backend returned."""
-    if _is_dask(block):
-        block = block.compute()
-    if sparse.issparse(block) or isinstance(block, np.ndarray):
-        return block
-    if hasattr(block, "to_memory"):  # anndata's backed sparse dataset slice
-        return sparse.csr_matrix(block.to_memory())
-    if hasattr(block, "to_scipy_sparse"):  # pydata sparse (dask arrays of sparse.COO chunks)
-        return sparse.csr_matrix(block.to_scipy_sparse())
-    return np.asarray(block)
 
 
 def iter_counts(
@@ -111,7 +95,7 @@ def iter_counts(
     if chunk < 1:
         raise ValueError(f"chunk must be a positive number of rows, got {chunk!r}.")
     for a, b in _row_bounds(X, int(chunk), int(start), stop):
-        yield slice(a, b), _materialize(X[a:b])
+        yield slice(a, b), materialize(X[a:b])
 
 
 def iter_vocab_counts(

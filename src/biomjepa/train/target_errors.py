@@ -96,8 +96,6 @@ def load_training_modules(checkpoint: str | os.PathLike | dict, *, graph=None, d
     ``graph``: a :class:`~biomjepa.data.graph.GeneGraph`, a directory saved by ``GeneGraph.save``
     or ``None`` (the run's ``graph`` setting, else its corpus cache ``graph/``).
     """
-    from dataclasses import replace
-
     import torch
 
     from .config import TrainConfig
@@ -105,26 +103,26 @@ def load_training_modules(checkpoint: str | os.PathLike | dict, *, graph=None, d
     from .jepa import JEPA
 
     state, source, run_dir = _read_state(checkpoint)
-    cfg = TrainConfig.from_dict(state["config"])
-    if cfg.objective == "decoder":
+    cfg = TrainConfig.from_flat(state["config"])
+    if cfg.loss.objective == "decoder":
         raise ValueError(
             "This training state is a `decoder` control run: its predictor was never trained to predict "
             "teacher states, so teacher-target errors are undefined. Use a `block` (BioM-JEPA) run."
         )
-    if cfg.objective == "token":
+    if cfg.loss.objective == "token":
         warnings.warn("Token-IJEPA run: its predictor was trained with gene queries, not block ids; "
                       "errors use the programme's block id as query.", stacklevel=3)
-    cfg = replace(cfg, model_overrides=dict(state["model_config"]))  # the stored encoder config wins
+    cfg = cfg.replace(model_overrides=dict(state["model_config"]))  # the stored encoder config wins
     jepa = JEPA.from_train_config(cfg)
     jepa.load_state_dict(state["model"])
     teacher = make_teacher(jepa.student)
     teacher.load_state_dict(state["teacher"])
     coexp = None
-    if cfg.objective != "random_block":
-        coexp = _open_graph(graph, cfg, run_dir).coexp_topk(cfg.dmt_k)
+    if cfg.loss.objective != "random_block":
+        coexp = _open_graph(graph, cfg, run_dir).coexp_topk(cfg.blocks.dmt_k)
     centre = torch.as_tensor(state["centre"], dtype=torch.float32)
     return TrainingModules(jepa.to(device).eval(), teacher.to(device).eval(), centre.to(device), coexp,
-                           cfg.objective, int(state["step"]), source, cfg.target_norm)
+                           cfg.loss.objective, int(state["step"]), source, cfg.teacher.target_norm)
 
 
 def _read_state(checkpoint) -> tuple[dict, str, Path | None]:
@@ -204,7 +202,7 @@ def target_errors(
 
     from ..nn.inference import map_cells
     from .inputs import build_inputs
-    from .jepa import centred_targets
+    from .targets import centred_targets
 
     device = torch.device(device)
     V = mods.jepa.config.vocab_size
