@@ -4,7 +4,7 @@
 
 1. **Validation first.** The returned checkpoint (``DIR/checkpoint.tar.gz``, bundled format) and the
    bundled default are scored on the run's validation probe (the held-out sorted-PBMC cells) with
-   :func:`biomjepa.train.probe.probe_scores`, the function the training loop logged ``probe.csv`` with;
+   :func:`biomjepa.bench.probe.probe_scores`, the function the training loop logged ``probe.csv`` with;
    the checkpoint's readout is chosen as ``select_checkpoint.py`` chooses (``choose``: highest k = 5
    macro-F1 among readouts of effective rank ≥ 15 and depth association ≤ 0.3), the default keeps its
    own. The table goes to ``RESULTS/gpu_run_<tag>_validation.csv``, with the F1 the run logged on the
@@ -44,8 +44,8 @@ def validation(ckpt: Path, run: Path, probe_cells: int | None) -> tuple[pd.DataF
     from select_checkpoint import choose
 
     import biomjepa as bj
+    from biomjepa.bench.probe import load_probe, probe_scores
     from biomjepa.train.config import TrainConfig
-    from biomjepa.train.probe import load_probe, probe_scores
 
     cfg = TrainConfig.from_yaml(run / "config.yaml")
     probe = load_probe(str(REPO / cfg.probe), obs=str(REPO / cfg.probe_obs) if cfg.probe_obs else None,

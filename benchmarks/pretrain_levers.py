@@ -33,13 +33,14 @@ VARIANTS = {
 
 
 def train_one(name: str, steps: int, out: Path, probe_cells: int) -> Path:
+    from biomjepa.bench import probe_hook
     from biomjepa.train import load_config, pretrain
 
     cfg = load_config(REPO / "models" / "biomjepa-mini-v0.2.yaml", [
         *VARIANTS[name], f"steps={steps}", f"run_name=lever-{name}", f"out_dir={out / 'runs'}",
         f"checkpoint_every={steps // 2}", "warmup_steps=100", f"probe_cells={probe_cells}", "keep_checkpoints=2",
     ])
-    return pretrain(cfg)
+    return pretrain(cfg, on_checkpoint=probe_hook(cfg))
 
 
 def main() -> None:

@@ -41,10 +41,10 @@ def main() -> None:
 
     import biomjepa as bj
     from biomjepa.bench import effective_rank
-    from biomjepa.data.shards import Corpus
-    from biomjepa.train import TrainConfig, export, preset, pretrain
-    from biomjepa.train.audit import format_audit, target_visibility_audit
     from biomjepa.data.graph import GeneGraph, format_stats
+    from biomjepa.data.shards import Corpus
+    from biomjepa.train import export, preset, pretrain
+    from biomjepa.train.audit import format_audit, target_visibility_audit
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=120)
@@ -55,11 +55,10 @@ def main() -> None:
     args = p.parse_args()
 
     out = Path(args.out)
-    base = preset("mini").to_dict()
-    base |= {"corpus": corpus_spec(), "cache_dir": str(out / "cache"), "out_dir": str(out / "runs"),
-             "steps": args.steps, "checkpoint_every": args.every, "keep_checkpoints": 100,
-             "tensorboard": False, "progress": False}
-    cfg = TrainConfig.from_dict(base).with_overrides(args.set)
+    cfg = preset("mini").replace(
+        corpus=corpus_spec(), cache_dir=str(out / "cache"), out_dir=str(out / "runs"), steps=args.steps,
+        checkpoint_every=args.every, keep_checkpoints=100, tensorboard=False, progress=False,
+    ).with_overrides(args.set)
     run_dir = pretrain(cfg)
 
     graph_dir = next((out / "cache").rglob("graph.npz")).parent

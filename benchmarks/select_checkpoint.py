@@ -4,7 +4,7 @@
 
 Reads ``RUN_DIR/probe.csv`` (written by the training loop when ``probe`` is set) and scores any
 checkpoint ``RUN_DIR/checkpoints/step_*.pt`` it lacks with the same function
-(:func:`biomjepa.train.probe.probe_scores`, using the run's probe settings). Among the
+(:func:`biomjepa.bench.probe.probe_scores`, using the run's probe settings). Among the
 (step, pooling) pairs whose effective rank is ≥ ``--min-rank`` and depth association
 (``depth_nnz``) ≤ ``--max-depth`` (all pairs if none qualifies) it picks the highest validation
 k = 5 macro-F1, prints the table and the choice, and writes the table to ``benchmarks/results``.
@@ -22,11 +22,11 @@ from _common import write_csv
 def score_missing(run: Path, have: set[int]) -> list[dict]:
     import torch
 
+    from biomjepa.bench.probe import load_probe, probe_scores
     from biomjepa.nn.config import ModelConfig
     from biomjepa.nn.encoder import Encoder
     from biomjepa.train.checkpoint import load_state
     from biomjepa.train.config import TrainConfig
-    from biomjepa.train.probe import load_probe, probe_scores
 
     cfg = TrainConfig.from_yaml(run / "config.yaml")
     if cfg.probe is None:

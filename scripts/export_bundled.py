@@ -48,10 +48,10 @@ def corpus_sample(state: dict, run: Path, n: int, seed: int = 0):
 
 def readout_from_corpus(state: dict, run: Path, pooling: str, n: int) -> dict:
     """Fixed feature statistics of the teacher's ``pooling`` readout over ``n`` corpus cells."""
+    from biomjepa.bench.probe import ProbeSet, probe_embeddings
     from biomjepa.nn.config import ModelConfig
     from biomjepa.nn.encoder import Encoder
     from biomjepa.nn.readout import feature_stats, readout_entry
-    from biomjepa.train.probe import ProbeSet, probe_embeddings
 
     enc = Encoder(ModelConfig.from_dict(state["model_config"]))
     enc.load_state_dict(state["teacher"])

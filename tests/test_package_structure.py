@@ -171,6 +171,18 @@ def test_data_imports_no_tools_bench_or_train():
     assert _offending_imports("data", ("biomjepa.data.graph",)), "the test no longer sees data's imports"
 
 
+#: what the training code may never import: AnnData and the tools, plots and benchmarks of the AnnData world
+ANNDATA_WORLD = ("anndata", "mudata", "scanpy", "biomjepa.pp", "biomjepa.tl", "biomjepa.pl", "biomjepa.bench")
+
+
+def test_train_imports_nothing_of_the_anndata_world():
+    """``train/`` is tensor world: no anndata/scanpy, no ``pp``/``tl``/``pl``/``bench`` (function-level imports
+    included); the held-out probe reaches the loop as an ``on_checkpoint`` hook built in ``bench``."""
+    assert _offending_imports("train", ANNDATA_WORLD) == []
+    assert _offending_imports("bench", ("biomjepa.pp",)), "bench/probe.py maps the probe's genes with pp.map_vocab"
+    assert not (SRC / "train" / "probe.py").exists()
+
+
 def test_tl_takes_the_gene_graph_from_data():
     """``tl`` reads the gene graph from ``data.graph``, never from ``train`` or a bridge module."""
     assert _offending_imports("tl", TRAIN_GRAPH) == []
@@ -299,7 +311,7 @@ def test_one_batched_inference_loop():
     assert any(isinstance(n, ast.Call) and ast.unparse(n.func) == "autocast" for n in ast.walk(loop))
     tensor_world = _offending_imports("nn", ("anndata", "biomjepa.pp", "biomjepa.tl", "biomjepa.pl", "biomjepa.bench"))
     assert tensor_world == [], f"nn/ is tensor world: {tensor_world}"
-    users = {"tl/_embed.py", "tl/_max_token.py", "nn/finetune.py", "train/probe.py", "train/target_errors.py",
+    users = {"tl/_embed.py", "tl/_max_token.py", "nn/finetune.py", "bench/probe.py", "train/target_errors.py",
              "embed/run.py"}
     callers = {p.relative_to(SRC).as_posix() for p in SRC.rglob("*.py")
                if _reaches_any(p, ("biomjepa.nn.inference",))}

@@ -93,10 +93,10 @@ def test_same_embeddings_as_the_previous_loop_and_tl_embed(model, counts_adata, 
 
 
 def test_same_winners_probabilities_and_probe_as_the_previous_loops(model):
+    from biomjepa.bench.probe import ProbeSet, probe_embeddings
     from biomjepa.nn.finetune import FinetuneModel, predict_proba
     from biomjepa.nn.pooling import POOLINGS, pool, winner_states
     from biomjepa.tl._max_token import _winners, max_token_shares
-    from biomjepa.train.probe import ProbeSet, probe_embeddings
 
     cells, n, V = _cells(), 23, model.config.vocab_size
 
@@ -166,7 +166,7 @@ def test_cuda_probe_runs_in_the_precision_of_embed(model):
     embedding ``tl.embed``'s loop gives, and both stay near the float32 CPU values."""
     import copy
 
-    from biomjepa.train.probe import ProbeSet, probe_embeddings
+    from biomjepa.bench.probe import ProbeSet, probe_embeddings
 
     cells, seen, dev = _cells(), [], torch.device("cuda")
     map_cells(cells, lambda sub: (seen.append(torch.is_autocast_enabled("cuda")), torch.zeros(len(sub)))[1],

@@ -17,8 +17,8 @@ def setup(tmp_path_factory):
     torch.set_num_threads(1)
     tmp = tmp_path_factory.mktemp("jepa")
     corpus = Corpus(prepare_corpus(make_shards(tmp / "d", n_shards=1, cells=6), tmp / "c"))
-    from biomjepa.train.blocks import BlockConfig
     from biomjepa.data.graph import GeneGraph
+    from biomjepa.train.blocks import BlockConfig
 
     graph = GeneGraph.load(make_graph(tmp))
     cells = corpus.cells(0, np.arange(6))

@@ -116,6 +116,7 @@ def test_embedding_regularizer_is_logged_and_reaches_the_student(tmp_path):
 def test_pca_gene_init_cell_centre_and_probe_log(tmp_path, counts_adata):
     """gene_init=pca starts gene embeddings from the corpus' PC loadings; the probe is scored at step 0
     and at every checkpoint for every readout."""
+    from biomjepa.bench import probe_hook
     from biomjepa.data.shards import Corpus
     from biomjepa.nn.pooling import POOLINGS
     from biomjepa.train.gene_init import pca_gene_embedding
@@ -124,7 +125,9 @@ def test_pca_gene_init_cell_centre_and_probe_log(tmp_path, counts_adata):
     counts_adata.write_h5ad(probe)
     cfg = tiny_config(tmp_path, steps=2, checkpoint_every=2, gene_init="pca", target_centre="gene",
                       cell_centre=True, probe=str(probe), probe_label_key="group", probe_cells=45)
-    run = pretrain(cfg)
+    with pytest.raises(ValueError, match=r"probe\.path=.*on_checkpoint=bj\.bench\.probe_hook\(cfg\)"):
+        pretrain(cfg)  # the loop reads no AnnData: the probe is a hook built outside it
+    run = pretrain(cfg, on_checkpoint=probe_hook(cfg))
     log = pd.read_csv(run / "probe.csv")
     assert sorted(set(log["step"])) == [0, 2]
     for _, g in log.groupby("step"):
@@ -132,13 +135,13 @@ def test_pca_gene_init_cell_centre_and_probe_log(tmp_path, counts_adata):
     assert (log["n_cells"] == 45).all()
     assert np.isfinite(log[["effective_rank", "depth_nnz", "macro_f1_k5"]].to_numpy()).all()
 
-    E = pca_gene_embedding(Corpus(cfg.cache_dir), 19264, 32, scale=0.02, seed=cfg.seed)
+    E = pca_gene_embedding(Corpus(cfg.data.cache_dir), 19264, 32, scale=0.02, seed=cfg.run.seed)
     detected = np.abs(E[:1500, :31]).sum(1) > 0
     assert detected.mean() > 0.9  # the synthetic cells express the first 1,500 genes
     assert np.isclose(E[:1500][detected, :31].std(), 0.02, rtol=0.05)
     assert np.abs(E[1500:]).max() < 0.02  # never-seen genes: small random embeddings
     # a fresh run starts from exactly these embeddings (step-0 probe came from them)
-    E2 = pca_gene_embedding(Corpus(cfg.cache_dir), 19264, 32, scale=0.02, seed=cfg.seed)
+    E2 = pca_gene_embedding(Corpus(cfg.data.cache_dir), 19264, 32, scale=0.02, seed=cfg.run.seed)
     np.testing.assert_array_equal(E, E2)
 
 

@@ -70,5 +70,5 @@ def test_depth_fit_removes_only_what_depth_predicts():
     torch.testing.assert_close(depth_fit(two, torch.tensor([10.0, 99.0])), two.mean(0, keepdim=True).expand(2, 3))
     with pytest.raises(ValueError, match="exclude each other"):
         TrainConfig().replace(target_centre="gene", cell_centre=True, cell_centre_depth=True)
-    with pytest.raises(ValueError, match="needs teacher.target_centre='gene'"):
+    with pytest.raises(ValueError, match=r"needs teacher\.target_centre='gene'"):
         TrainConfig().replace(cell_centre_depth=True)

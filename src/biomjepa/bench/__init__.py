@@ -27,6 +27,7 @@ from .depth import depth_robustness
 from .geometry import depth_association, effective_rank, geometry, participation_ratio, procrustes_similarity
 from .integration import integration, scib_scores
 from .perturbation import perturbation, perturbation_split
+from .probe import probe_hook
 from .reconstruction import budget_split, canonical_genes, knn_overlap, reactome_sets, reconstruction
 from .run import run
 
@@ -48,6 +49,7 @@ __all__ = [
     "participation_ratio",
     "perturbation",
     "perturbation_split",
+    "probe_hook",
     "procrustes_similarity",
     "reactome_sets",
     "reconstruction",

@@ -10,6 +10,11 @@ from .types import EPILOG, TRAIN_PRESETS, train_config
 
 #: the library's argument names in messages -> the options of both training commands
 TRAIN_FLAGS = {"^an override must": "--set must", "^override ": "--set ", "overwrite=True": "--export-overwrite"}
+#: help of the arguments shared by ``biomjepa train`` and ``python -m biomjepa.train``
+CONFIG_HELP = f"YAML config file or preset name ({', '.join(TRAIN_PRESETS)}); see biomjepa/configs/*.yaml"
+SET_HELP = "override a config key, value parsed as YAML, e.g. --set corpus=data/*.h5ad (repeatable)"
+EXPORT_HELP = "after training, export the teacher encoder as an inference checkpoint to DIR"
+EXPORT_OVERWRITE_HELP = "replace DIR when it already holds a checkpoint (refused otherwise, before training)"
 
 
 def add_train_parser(subparsers) -> argparse.ArgumentParser:
@@ -19,14 +24,10 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
         description="Pretrain BioM-JEPA (block-level JEPA) as `python -m biomjepa.train` does; a run "
         "resumes from its latest checkpoint. For many GPUs use `torchrun --nproc_per_node=N -m "
         "biomjepa.train CONFIG ...`. Prints the run directory.")
-    t.add_argument("config", type=train_config,
-                   help=f"YAML config file or preset name ({', '.join(TRAIN_PRESETS)}); see biomjepa/configs/*.yaml")
-    t.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a config key, value parsed as YAML, e.g. --set corpus=data/*.h5ad (repeatable)")
-    t.add_argument("--export", metavar="DIR", default=None,
-                   help="after training, export the teacher encoder as an inference checkpoint to DIR")
-    t.add_argument("--export-overwrite", action="store_true",
-                   help="replace DIR when it already holds a checkpoint (refused otherwise, before training)")
+    t.add_argument("config", type=train_config, help=CONFIG_HELP)
+    t.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    t.add_argument("--export", metavar="DIR", default=None, help=EXPORT_HELP)
+    t.add_argument("--export-overwrite", action="store_true", help=EXPORT_OVERWRITE_HELP)
     t.set_defaults(func=run_train_command, parser=t, flags=TRAIN_FLAGS)
     return t
 
@@ -34,12 +35,10 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
 def build_train_parser() -> argparse.ArgumentParser:
     """The parser of ``python -m biomjepa.train``."""
     parser = argparse.ArgumentParser(prog="python -m biomjepa.train", description="Pretrain BioM-JEPA.")
-    parser.add_argument("config", help="YAML config file or preset name (tiny, mini, base).")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="Override a config key (repeatable); values are parsed as YAML.")
-    parser.add_argument("--export", metavar="DIR", help="After training, export the teacher encoder to DIR.")
-    parser.add_argument("--export-overwrite", action="store_true",
-                        help="Replace DIR when it already holds a checkpoint (refused otherwise, before training).")
+    parser.add_argument("config", help=CONFIG_HELP)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
+    parser.add_argument("--export", metavar="DIR", help=EXPORT_HELP)
+    parser.add_argument("--export-overwrite", action="store_true", help=EXPORT_OVERWRITE_HELP)
     return parser
 
 
@@ -67,13 +66,19 @@ def run_train(parser: argparse.ArgumentParser, config: str, overrides: list[str]
     """
     import os
 
-    from ..train import export, pretrain
+    from ..train import export, load_config, pretrain
     from ..train.checkpoint import check_export_dir
 
     if export_dir:
         check_usage(parser, lambda: check_export_dir(export_dir, overwrite=export_overwrite),
                     errors=(FileExistsError,), flags=TRAIN_FLAGS)
-    run_dir = pretrain(config, overrides)
+    cfg = load_config(config, overrides)
+    hook = None
+    if cfg.probe.path is not None:
+        from ..bench.probe import probe_hook
+
+        hook = probe_hook(cfg)
+    run_dir = pretrain(cfg, on_checkpoint=hook)
     if export_dir and int(os.environ.get("RANK", "0")) == 0:
         export(run_dir, export_dir, overwrite=export_overwrite)
     print(run_dir)

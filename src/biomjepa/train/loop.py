@@ -67,15 +67,18 @@ def pretrain(config: TrainConfig | dict | str | Path, overrides: list[str] | Non
 
     ``config`` is a :class:`TrainConfig`, a dict, a preset name (``tiny``/``mini``/``base``) or a
     YAML path; ``overrides`` are ``section.key=value`` strings. ``on_checkpoint`` is called on rank 0
-    with ``(step, teacher, run_dir)`` at step 0 and after every saved state; with a ``probe`` section
-    and no hook, the held-out probe (:func:`biomjepa.train.probe.probe_hook`) is used. Under
+    with ``(step, teacher, run_dir)`` at step 0 and after every saved state: the held-out probe of
+    a ``probe`` section is such a hook, built outside the training code because it reads AnnData
+    (``on_checkpoint=bj.bench.probe_hook(cfg)``; ``biomjepa train`` does this itself). Under
     ``torchrun`` every rank calls this.
     """
     cfg = load_config(config, overrides)
     if on_checkpoint is None and cfg.probe.path is not None:
-        from .probe import probe_hook
-
-        on_checkpoint = probe_hook(cfg.probe, seed=cfg.run.seed)
+        raise ValueError(
+            f"The config's probe.path={cfg.probe.path!r} asks for a held-out probe at every checkpoint; the "
+            "training loop does not read AnnData itself. Pass on_checkpoint=bj.bench.probe_hook(cfg) (cfg = "
+            "bj.train.load_config(config, overrides)), or set probe.path to null."
+        )
     info = init_distributed(cfg.loop.device)
     try:
         with _caller_rng_kept():

@@ -1,8 +1,9 @@
 """A fixed held-out probe set, scored at every checkpoint: is the cell embedding collapsing or tracking depth?
 
-``TrainConfig.probe`` names an h5ad file (raw counts) and optionally which of its cells to use
-(``probe_obs``: a text file of obs names, e.g. the held-out validation cells) and a label column
-(``probe_label_key``). At every checkpoint the teacher embeds the probe cells with every readout
+A training config's ``probe`` section names an h5ad file (``path``, raw counts) and optionally which of
+its cells to use (``obs``: a text file of obs names, e.g. the held-out validation cells) and a label
+column (``label_key``). :func:`probe_hook` is the ``on_checkpoint`` hook of
+:func:`biomjepa.train.pretrain` (``biomjepa train`` builds it from the config): at every checkpoint the teacher embeds the probe cells with every readout
 of :data:`biomjepa.nn.pooling.POOLINGS` and the loop appends, per readout, the effective rank,
 the paper's depth association against detected genes (``depth_nnz``: mean of ``|r|`` of the
 leading axis and of the embedding norm with the number of detected genes) and, with labels,
@@ -83,7 +84,7 @@ def probe_embeddings(encoder, probe: ProbeSet, *, batch_size: int = 32) -> dict[
 
 def few_shot_f1(Z: np.ndarray, labels: np.ndarray, *, k: int = 5, seeds=(42, 43, 44, 45, 46)) -> float:
     """Mean macro-F1 of ``bj.bench.annotation``'s k-shot linear-SVM protocol over ``seeds``."""
-    from ..bench.annotation import support_split, svm_scores
+    from .annotation import support_split, svm_scores
 
     scores = []
     for s in seeds:
@@ -94,7 +95,7 @@ def few_shot_f1(Z: np.ndarray, labels: np.ndarray, *, k: int = 5, seeds=(42, 43,
 
 def probe_scores(encoder, probe: ProbeSet, step: int) -> list[dict]:
     """One row per readout: effective rank, depth association and (with labels) k = 5 macro-F1."""
-    from ..bench.geometry import depth_association, effective_rank
+    from .geometry import depth_association, effective_rank
 
     rows = []
     for kind, Z in probe_embeddings(encoder, probe).items():
@@ -119,14 +120,18 @@ def append_rows(path: Path, rows: list[dict]) -> None:
         w.writerows(rows)
 
 
-class probe_hook:  # a class used like a function: ``on_checkpoint=probe_hook(cfg.probe, seed=...)``
+class probe_hook:  # a class used like a function: ``on_checkpoint=probe_hook(cfg)``
     """The ``on_checkpoint`` hook that scores the teacher on held-out cells and appends to ``probe.csv``.
 
-    ``cfg`` is the config's ``probe`` section; the cells are read on first use (rank 0 only).
+    ``cfg`` is a :class:`~biomjepa.train.TrainConfig` (its ``probe`` section and ``run.seed``, which
+    draws the cells when there are more than ``probe.cells``); the cells are read on first use
+    (rank 0 only). ``bj.train.pretrain(cfg, on_checkpoint=bj.bench.probe_hook(cfg))``.
     """
 
-    def __init__(self, cfg, *, seed: int) -> None:
-        self.cfg, self.seed, self.probe = cfg, seed, None
+    def __init__(self, cfg) -> None:
+        if cfg.probe.path is None:
+            raise ValueError("probe_hook needs a config whose probe.path names an h5ad file of held-out cells.")
+        self.cfg, self.seed, self.probe = cfg.probe, cfg.run.seed, None
 
     def __call__(self, step: int, teacher, run_dir: Path) -> None:
         import logging
