@@ -269,9 +269,9 @@ def _scvi(adata: AnnData, layer: str | None, genes: np.ndarray, batch_key: str |
     device = settings.device
     accelerator = {"auto": "auto", "cpu": "cpu"}.get(device, "gpu")
     devices = [int(device.split(":")[1])] if device.startswith("cuda:") else "auto"
-    with _restored_random_state():
-        import scvi
+    import scvi
 
+    with _restored_random_state(), _quiet(["lightning", "lightning.pytorch", "lightning.fabric", "scvi"]):
         scvi.settings.seed = random_state
         scvi.model.SCVI.setup_anndata(tmp, batch_key="batch" if batch_key is not None else None)
         model = scvi.model.SCVI(tmp, n_latent=n_latent)
@@ -280,6 +280,30 @@ def _scvi(adata: AnnData, layer: str | None, genes: np.ndarray, batch_key: str |
         Z = model.get_latent_representation()
     logger.info("scVI baseline (%d latent, %s epochs) on %d genes", n_latent, max_epochs or "default", len(genes))
     return np.asarray(Z, dtype=np.float32)
+
+
+@contextmanager
+def _quiet(names: list[str]):
+    """Raise these loggers to WARNING (device banners, "Seed set to") and silence lightning's two notices
+    about its own internals (a deprecated isinstance check, the logging interval), unless
+    ``bj.settings.verbosity`` >= 2."""
+    import warnings
+
+    from .._settings import settings
+
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    try:
+        with warnings.catch_warnings():
+            if settings.verbosity < 2:
+                for lg in loggers:
+                    lg.setLevel(logging.WARNING)
+                warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+                warnings.filterwarnings("ignore", message=r".*smaller than the logging interval")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 @contextmanager

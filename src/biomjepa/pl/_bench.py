@@ -25,9 +25,9 @@ FALLBACK_METRIC = {"integration": "cross_batch_share"}
 REP_LABELS = {
     "X_biomjepa": "BioM-JEPA",
     "X_pca50": "PCA-50",
-    "X_umap_pca50": "UMAP (PCA-50)",
     "X_hvg": "HVG (log-norm.)",
     "X_scvi": "scVI",
+    "X_umap_pca50": "UMAP (PCA-50)",
 }
 
 
