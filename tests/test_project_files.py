@@ -32,7 +32,7 @@ def test_package_is_typed():
 def test_workflow_runs_ci_run_on_supported_pythons():
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "test.yaml").read_text())
     job = workflow["jobs"]["test"]
-    assert job["strategy"]["matrix"]["python"] == ["3.10", "3.11", "3.12"]
+    assert job["strategy"]["matrix"]["python"] == ["3.11", "3.12", "3.13"]
     assert metadata("biomjepa")["Requires-Python"] == ">=3.10"
     assert any(step.get("run") == "bash .ci/run" for step in job["steps"])
 
@@ -51,3 +51,16 @@ def test_read_the_docs_builds_the_ci_docs():
 def test_pre_commit_hooks(hook):
     config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
     assert hook in {h["id"] for repo in config["repos"] for h in repo["hooks"]}
+
+
+def test_dependency_floors_are_the_versions_the_code_needs():
+    """The atlas store is zarr v3 (``zarr.json``, ``Group.create_array``) and ``--write-obsm`` uses
+    ``anndata.io``: lower bounds that promise zarr 2 or anndata 0.10 would install a package that fails."""
+    import anndata
+    import zarr
+
+    deps = {re.split(r"[<>=!~\[ ]", d, maxsplit=1)[0]: d for d in metadata("biomjepa").get_all("Requires-Dist")
+            if "extra ==" not in d}
+    assert deps["zarr"].replace(" ", "").startswith("zarr>=3") and hasattr(zarr.Group, "create_array")
+    assert deps["anndata"].replace(" ", "").startswith("anndata>=0.11") and hasattr(anndata, "io")
+    assert metadata("biomjepa")["Requires-Python"].replace(" ", "") == ">=3.11"
