@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .._docs import doc_params
 from ._utils import DEFAULT_SEEDS, frame, get_labels, get_rep, progress, rows
 from .baselines import resolve_reps
 
@@ -87,6 +88,7 @@ def svm_scores(Z: np.ndarray, labels: np.ndarray, support: np.ndarray, held_out:
     }
 
 
+@doc_params
 def annotation(
     adata: AnnData,
     *,
@@ -109,23 +111,18 @@ def annotation(
 
     Parameters
     ----------
-    adata
-        AnnData with embeddings in ``obsm`` and labels in ``obs``. Not modified, except for the
-        baseline keys written when ``baselines`` is given.
+    {adata_bench}
     label_key
         ``obs`` column with the cell-type labels.
-    use_reps
-        ``obsm`` keys to score side by side.
+    {use_reps}
     shots
         Support cells per class.
     seeds
         Support-set seeds (paper: 42–46).
     C
         SVM regularization, identical for all representations.
-    baselines
-        Baselines to compute and add to ``use_reps``, see :func:`biomjepa.bench.add_baselines`.
-    layer
-        Layer with raw counts for the baselines (None: X).
+    {baselines}
+    {layer_baselines}
 
     Returns
     -------

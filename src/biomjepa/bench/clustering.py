@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .._docs import doc_params
 from ._utils import DEFAULT_SEEDS, frame, get_labels, get_rep, progress, rows
 from .baselines import resolve_reps
 
@@ -21,15 +22,14 @@ def _contingency(y, c) -> np.ndarray:
     return contingency_matrix(np.asarray(y), np.asarray(c))
 
 
+@doc_params
 def nmi(y, c) -> float:
     """Normalized mutual information with the arithmetic mean of entropies, ``2 I(Y;C) / (H(Y) + H(C))``.
 
     Parameters
     ----------
-    y
-        True labels.
-    c
-        Cluster assignments.
+    {y_true}
+    {c_clusters}
 
     Returns
     -------
@@ -40,15 +40,14 @@ def nmi(y, c) -> float:
     return float(normalized_mutual_info_score(y, c, average_method="arithmetic"))
 
 
+@doc_params
 def ari(y, c) -> float:
     """Adjusted Rand index (chance-corrected pair counting).
 
     Parameters
     ----------
-    y
-        True labels.
-    c
-        Cluster assignments.
+    {y_true}
+    {c_clusters}
 
     Returns
     -------
@@ -59,13 +58,13 @@ def ari(y, c) -> float:
     return float(adjusted_rand_score(y, c))
 
 
+@doc_params
 def hungarian_accuracy(y, c) -> float:
     """Cluster accuracy under the optimal one-to-one cluster → label matching (``linear_sum_assignment``).
 
     Parameters
     ----------
-    y
-        True labels.
+    {y_true}
     c
         Cluster assignments (their number may differ from the number of labels; unmatched clusters count
         as errors).
@@ -117,6 +116,7 @@ def cluster_scores(Z: np.ndarray, labels: np.ndarray, seed: int, *, asw_max_cell
     return m
 
 
+@doc_params
 def clustering(
     adata: AnnData,
     *,
@@ -136,21 +136,16 @@ def clustering(
 
     Parameters
     ----------
-    adata
-        AnnData with embeddings in ``obsm`` and labels in ``obs``. Not modified, except for the
-        baseline keys written when ``baselines`` is given.
+    {adata_bench}
     label_key
         ``obs`` column with the true labels.
-    use_reps
-        ``obsm`` keys to score side by side.
+    {use_reps}
     seeds
         k-means seeds.
     asw_max_cells
         Silhouette subsample size (exact below it).
-    baselines
-        Baselines to compute and add, see :func:`biomjepa.bench.add_baselines`.
-    layer
-        Layer with raw counts for the baselines (None: X).
+    {baselines}
+    {layer_baselines}
 
     Returns
     -------

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .._docs import doc_params
 from ._utils import frame, get_counts, get_rep, progress, rows
 from .baselines import resolve_reps
 
@@ -155,6 +156,7 @@ def _depth(adata: AnnData, layer: str | None) -> tuple[np.ndarray, np.ndarray]:
     return total, nnz
 
 
+@doc_params
 def geometry(
     adata: AnnData,
     *,
@@ -172,12 +174,10 @@ def geometry(
     adata
         AnnData with embeddings in ``obsm``. Not modified, except for the baseline keys written when
         ``baselines`` is given.
-    use_reps
-        ``obsm`` keys to score.
+    {use_reps}
     layer
         Layer with raw counts (None: X, or the obs QC columns when present).
-    baselines
-        Baselines to compute and add, see :func:`biomjepa.bench.add_baselines`.
+    {baselines}
 
     Returns
     -------

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from .._docs import doc_params
 from ._utils import frame, get_labels, get_rep, progress, rows
 from .baselines import fit_pca, resolve_reps
 
@@ -79,6 +80,7 @@ def silhouettes(Z: np.ndarray, labels: np.ndarray, batches: np.ndarray | None, *
     return out
 
 
+@doc_params
 def integration(
     adata: AnnData,
     *,
@@ -103,8 +105,7 @@ def integration(
         ``obs`` column naming each cell's batch (e.g. the 10x chemistry or the donor); ≥ 2 batches.
     label_key
         ``obs`` column with cell types; adds ``label_asw``, ``batch_asw`` and the within-label mixing.
-    use_reps
-        ``obsm`` keys to score side by side.
+    {use_reps}
     n_neighbors
         Neighbours per cell for the mixing share (15, as ``sc.pp.neighbors``' default).
     max_cells
@@ -114,8 +115,7 @@ def integration(
     scib
         Also score with scib-metrics' ``Benchmarker`` (:func:`scib_scores`; needs ``label_key`` and
         ``pip install "biomjepa[scib]"``).
-    baseline_kwargs
-        Further arguments of :func:`biomjepa.bench.add_baselines`, e.g. ``{"scvi_max_epochs": 50}``.
+    {baseline_kwargs}
 
     Returns
     -------
@@ -168,6 +168,7 @@ def check_scib(label_key: str | None) -> None:
         raise ImportError(f"scib=True needs scib-metrics, which is not installed: {SCIB_HINT}, or pass scib=False.")
 
 
+@doc_params
 def scib_scores(
     adata: AnnData,
     *,
@@ -191,8 +192,7 @@ def scib_scores(
         AnnData with embeddings in ``obsm``, batch and label columns in ``obs``. Not modified.
     batch_key, label_key
         ``obs`` columns with each cell's batch and cell type.
-    use_reps
-        ``obsm`` keys to score.
+    {use_reps}
     pre_integrated
         ``obsm`` key of an unintegrated embedding for scib's PCR comparison (None: PCA-50 of the
         log-normalized HVGs of the raw counts in ``layer`` of the scored cells, as ``baselines=["pca"]``).

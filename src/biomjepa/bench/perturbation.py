@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .._docs import doc_params
 from ._mlp import fit_mlp
 from ._utils import DEFAULT_SEEDS, frame, get_rep, progress, rows
 from .baselines import resolve_reps
@@ -142,6 +143,7 @@ def _one_run(Zc, Y, pert, ctrl, split, genes, k, seed, sep, control, fit_kw) -> 
     return out
 
 
+@doc_params
 def perturbation(
     adata: AnnData,
     *,
@@ -202,14 +204,10 @@ def perturbation(
         Fraction of combinations held out.
     hidden
         MLP hidden widths.
-    max_epochs
-        Epoch limit.
-    patience
-        Early-stopping patience.
-    baselines
-        Baselines to compute and add, see :func:`biomjepa.bench.add_baselines`.
-    layer
-        Layer with raw counts for the baselines (None: X).
+    {max_epochs}
+    {patience}
+    {baselines}
+    {layer_baselines}
 
     Returns
     -------

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .._docs import doc_params
 from ._mlp import fit_mlp
 from ._utils import DEFAULT_SEEDS, frame, get_counts, get_labels, get_rep, progress, rows
 from .baselines import resolve_reps
@@ -206,6 +207,7 @@ def reconstruction_scores(X: np.ndarray, Xhat: np.ndarray, train_mean: np.ndarra
     return m
 
 
+@doc_params
 def reconstruction(
     adata: AnnData,
     *,
@@ -236,8 +238,7 @@ def reconstruction(
         when ``baselines`` is given.
     label_key
         ``obs`` column used to stratify the split.
-    use_reps
-        ``obsm`` keys to score.
+    {use_reps}
     budgets
         Training cells per class.
     seeds
@@ -248,14 +249,11 @@ def reconstruction(
         Size of the canonical target.
     gene_key
         ``var`` column of gene symbols for Reactome (None: ``var_names``).
-    max_epochs
-        Epoch limit.
-    patience
-        Early-stopping patience.
+    {max_epochs}
+    {patience}
     test_frac
         Held-out fraction per class.
-    baselines
-        Baselines to compute and add, see :func:`biomjepa.bench.add_baselines`.
+    {baselines}
 
     Returns
     -------

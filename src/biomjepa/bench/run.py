@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from .._docs import doc_params
 from ._utils import DEFAULT_SEEDS, progress
 from .baselines import resolve_reps
 from .integration import check_scib
@@ -19,6 +20,7 @@ DEFAULT_TASKS = ("annotation", "clustering", "reconstruction", "geometry")
 _NEEDS_LABELS = {"annotation", "clustering", "reconstruction"}
 
 
+@doc_params
 def run(
     adata: AnnData,
     *,
@@ -52,17 +54,13 @@ def run(
         Any of ``"annotation", "clustering", "reconstruction", "perturbation", "geometry", "integration"``
         (None: the first four, with ``"integration"`` when ``batch_key`` is given). ``integration`` uses
         ``label_key`` when given.
-    use_reps
-        ``obsm`` keys to score.
-    baselines
-        Baselines to compute and add: any of ``"pca", "umap", "hvg", "scvi"``, see
-        :func:`biomjepa.bench.add_baselines`.
+    {use_reps}
+    {baselines}
     layer
         Layer with raw counts (baselines, reconstruction target, geometry depth); None: X.
     seeds
         Seeds of every seeded task.
-    baseline_kwargs
-        Further arguments of :func:`biomjepa.bench.add_baselines`, e.g. ``{"scvi_max_epochs": 50}``.
+    {baseline_kwargs}
     task_kwargs
         Extra keyword arguments per task, e.g. ``{"perturbation": {"perturbation_key": "condition"},
         "reconstruction": {"budgets": (100,)}, "integration": {"scib": True}}``.

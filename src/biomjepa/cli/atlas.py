@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from .errors import check_usage, run_command
-from .types import positive_int
+from .types import BATCH_SIZE_HELP, CHECKPOINT_HELP, positive_int
 
 DESCRIPTION = """\
 Embed the cells of one or many .h5ad files of raw counts (paths or quoted globs; large files are read
@@ -37,13 +37,12 @@ def build_parser(prog: str = "biomjepa embed") -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="INPUT", help=".h5ad files of raw counts, or quoted globs ('data/*.h5ad')")
     p.add_argument("--store", required=True, metavar="OUT.zarr", help="output zarr store (a directory; created, or resumed)")
-    p.add_argument("--checkpoint", default=None, help="registry name, checkpoint directory or URL#sha256=HEX "
-                   "(default: bj.settings.checkpoint)")
+    p.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
     p.add_argument("--layer", default=None, help="layer holding raw counts in every input (default: X)")
     p.add_argument("--gene-key", default=None, help="var column with gene identifiers (default: var_names)")
     p.add_argument("--id-type", default="auto", choices=["auto", "entrez"], help="as in `biomjepa embed` (default: auto)")
     p.add_argument("--species", default="human", choices=["human", "mouse"], help="species of the gene identifiers (default: human)")
-    p.add_argument("--batch-size", type=positive_int, default=None, help="cells per forward pass (default: bj.settings.batch_size)")
+    p.add_argument("--batch-size", type=positive_int, default=None, help=BATCH_SIZE_HELP)
     p.add_argument("--device", default="auto",
                    help="auto (cuda:LOCAL_RANK if CUDA is available, else CPU), cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--block-rows", type=positive_int, default=BLOCK_ROWS,

@@ -11,17 +11,7 @@ TASKS = ("annotation", "clustering", "reconstruction", "perturbation", "geometry
 
 
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the ``bench`` subcommand on an ``argparse`` subparsers object.
-
-    Parameters
-    ----------
-    subparsers
-        The object returned by ``ArgumentParser.add_subparsers``.
-
-    Returns
-    -------
-    The ``bench`` parser (its ``func`` default is :func:`run_bench`).
-    """
+    """Register the ``bench`` subcommand on an ``argparse`` subparsers object; its ``func`` is :func:`run_bench`."""
     b = subparsers.add_parser(
         "bench", help="CellBench-style scores of obsm embeddings (CSV + PNG)",
         description="Score cell embeddings stored in obsm of INPUT side by side with bj.bench (few-shot annotation, "
@@ -50,17 +40,8 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, Path]:
-    """Run the ``bench`` subcommand: read the file, score, write ``bench.csv``, ``bench_summary.csv``, ``bench.png``.
-
-    Parameters
-    ----------
-    args
-        Parsed arguments of the ``bench`` parser.
-
-    Returns
-    -------
-    ``{"csv", "summary", "png"}`` paths written.
-    """
+    """Run ``biomjepa bench`` with the parsed ``args``: read the file, score, write ``bench.csv``,
+    ``bench_summary.csv`` and ``bench.png``; returns those paths as ``{"csv", "summary", "png"}``."""
     import anndata as ad
     import matplotlib as mpl
 

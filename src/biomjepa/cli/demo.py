@@ -7,7 +7,7 @@ import logging
 import time
 from pathlib import Path
 
-from .types import CHECKPOINT_HELP, DEVICE_HELP, EPILOG, positive_int
+from .types import BATCH_SIZE_HELP, CHECKPOINT_HELP, DEVICE_HELP, EPILOG, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
         "--checkpoint is given.")
     d.add_argument("--out", default="demo_out", metavar="DIR", help="output directory (default: demo_out)")
     d.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
-    d.add_argument("--batch-size", type=positive_int, default=None, help="cells per forward pass (default: bj.settings.batch_size, 64)")
+    d.add_argument("--batch-size", type=positive_int, default=None, help=BATCH_SIZE_HELP)
     d.add_argument("--device", default="auto", help=DEVICE_HELP)
     d.set_defaults(func=run_demo_command)
     return d

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from .types import CHECKPOINT_HELP, DEVICE_HELP, EPILOG, h5ad_file, output_file, positive_int
+from .types import BATCH_SIZE_HELP, CHECKPOINT_HELP, DEVICE_HELP, EPILOG, h5ad_file, output_file, positive_int
 
 
 def add_embed_parser(subparsers) -> argparse.ArgumentParser:
@@ -35,7 +35,7 @@ def add_embed_parser(subparsers) -> argparse.ArgumentParser:
                    "(default: auto)")
     e.add_argument("--species", default="human", choices=["human", "mouse"],
                    help="species of the gene identifiers; mouse maps through 1:1 orthologs (default: human)")
-    e.add_argument("--batch-size", type=positive_int, default=None, help="cells per forward pass (default: bj.settings.batch_size, 64)")
+    e.add_argument("--batch-size", type=positive_int, default=None, help=BATCH_SIZE_HELP)
     e.add_argument("--device", default="auto", help=DEVICE_HELP)
     e.add_argument("--store", metavar="OUT.zarr", default=None,
                    help="atlas mode: `biomjepa embed INPUT... --store OUT.zarr` embeds many .h5ad files (or globs) into "

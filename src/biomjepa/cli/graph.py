@@ -41,17 +41,7 @@ missing files)
 
 
 def add_graph_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the ``graph`` subcommand on an ``argparse`` subparsers object.
-
-    Parameters
-    ----------
-    subparsers
-        The object returned by ``ArgumentParser.add_subparsers``.
-
-    Returns
-    -------
-    The ``graph`` parser (its ``func`` default is :func:`run_graph`).
-    """
+    """Register the ``graph`` subcommand on an ``argparse`` subparsers object; its ``func`` is :func:`run_graph`."""
     g = subparsers.add_parser(
         "graph", help="build the STRING + coexpression gene graph of a corpus of .h5ad files",
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -85,18 +75,9 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_graph(args: argparse.Namespace) -> dict[str, Path]:
-    """Run the ``graph`` subcommand: prepare the corpus, build and save the graph, print its statistics.
-
-    Parameters
-    ----------
-    args
-        Parsed arguments of the ``graph`` parser.
-
-    Returns
-    -------
-    ``{"graph", "coexp", "cache"}``: the saved block table (``graph.npz``), coexpression table
-    (``coexp.npz``) and the corpus cache directory.
-    """
+    """Run ``biomjepa graph`` with the parsed ``args``: prepare the corpus, build and save the graph, print its
+    statistics; returns ``{"graph", "coexp", "cache"}``: the saved block table (``graph.npz``), coexpression
+    table (``coexp.npz``) and the corpus cache directory."""
     if (args.string_links is None) != (args.string_info is None) or (args.string_aliases and not args.string_links):
         _usage_error(args, "--string-links and --string-info must be given together (--string-aliases only with both)")
 

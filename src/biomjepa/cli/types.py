@@ -9,6 +9,7 @@ CHECKPOINT_HELP = (
     "registry name, checkpoint directory (config.json + model.safetensors) or URL#sha256=HEX "
     "(default: bj.settings.checkpoint)"
 )
+BATCH_SIZE_HELP = "cells per forward pass (default: bj.settings.batch_size, 64)"
 DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N; CUDA without CUDA is an error (default: auto)"
 EPILOG = "exit codes: 0 success, 1 error while running (message on stderr), 2 usage error (bad arguments, missing files)"
 

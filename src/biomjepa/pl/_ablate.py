@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._docs import doc_params
 from ._utils import stored_result
 
 if TYPE_CHECKING:
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 
+@doc_params
 def ablate_programme(
     adata: AnnData,
     *,
@@ -31,10 +33,8 @@ def ablate_programme(
         AnnData after :func:`biomjepa.tl.ablate_programme` with ``matched``.
     key
         ``uns`` key of the result.
-    ax
-        Axes to draw into (new figure otherwise).
-    show
-        Call ``plt.show()`` after drawing.
+    {ax}
+    {show}
 
     Returns
     -------

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._docs import doc_params
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
@@ -31,6 +33,7 @@ REP_LABELS = {
 }
 
 
+@doc_params
 def bench(
     data: pd.DataFrame,
     *,
@@ -55,10 +58,8 @@ def bench(
         integration ``cross_batch_share_within_label``, else ``cross_batch_share``).
     task
         Task to plot when ``data`` holds several (default: the first one).
-    ax
-        Axes to draw into (new figure otherwise).
-    show
-        Call ``plt.show()`` after drawing.
+    {ax}
+    {show}
 
     Returns
     -------

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._docs import doc_params
 from ._utils import stored_result
 
 if TYPE_CHECKING:
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 
+@doc_params
 def programme_dependencies(
     adata: AnnData,
     *,
@@ -38,10 +40,8 @@ def programme_dependencies(
         Diverging matplotlib colour map.
     annotate
         Write each value in its cell.
-    ax
-        Axes to draw into (new figure otherwise).
-    show
-        Call ``plt.show()`` after drawing.
+    {ax}
+    {show}
 
     Returns
     -------

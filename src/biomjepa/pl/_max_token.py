@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._docs import doc_params
 from ._utils import stored_result
 
 if TYPE_CHECKING:
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 
+@doc_params
 def max_token(
     adata: AnnData,
     groupby: str | None = None,
@@ -45,10 +47,8 @@ def max_token(
         ``uns`` key of the result.
     cmap
         Colour map.
-    ax
-        Axes to draw into (new figure otherwise).
-    show
-        Call ``plt.show()`` after drawing.
+    {ax}
+    {show}
 
     Returns
     -------

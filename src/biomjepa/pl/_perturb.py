@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._docs import doc_params
 from ._utils import stored_result
 
 if TYPE_CHECKING:
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 
+@doc_params
 def perturbation_arithmetic(
     adata: AnnData,
     *,
@@ -32,10 +34,8 @@ def perturbation_arithmetic(
         ``uns`` key of the result.
     highlight
         Doubles to label, as condition labels (``"A+B"``) or gene pairs (``("A", "B")``, any order).
-    ax
-        Axes to draw into (new figure otherwise).
-    show
-        Call ``plt.show()`` after drawing.
+    {ax}
+    {show}
 
     Returns
     -------

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from .._docs import doc_params
 from .._keys import TOKEN_KEY
 from .._settings import settings
 from ..data.graph import graph_label
@@ -34,6 +35,7 @@ def excess(d: np.ndarray, d_null: np.ndarray) -> np.ndarray:
     return np.asarray(d, np.float64) - np.asarray(d_null, np.float64).reshape(-1, len(d)).mean(axis=0)
 
 
+@doc_params
 def ablate_programme(
     adata: AnnData,
     programme: ProgrammeSpec,
@@ -93,35 +95,23 @@ def ablate_programme(
         Matched random sets per programme (the paper uses 1).
     n_cells
         Cells sampled per group.
-    checkpoint
-        Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
+    {checkpoint}
     graph
         The gene graph of a ``("bfs", seed_gene, size)`` programme: a
         :class:`~biomjepa.data.graph.GeneGraph` or a directory written by ``GeneGraph.save``
         (a training run's ``corpus/graph``). Required for graph programmes, unused otherwise.
-    layer
-        Layer with raw counts; default ``X``.
-    use_raw
-        Read the counts from ``adata.raw`` (scanpy's convention; genes mapped with
-        ``bj.pp.map_vocab(adata, use_raw=True)``), as in :func:`biomjepa.tl.embed`. Not with ``layer``.
-    input, library_size_key
-        ``input="lognorm"`` reads ``log1p(normalize_total)`` values instead of raw counts, with library
-        sizes from ``obs[library_size_key]`` or estimated, as in :func:`biomjepa.tl.embed`.
-    n_bins
-        Quantile bins per axis (mean expression, detection frequency) of the null grid.
-    batch_size
-        Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
-        also capped at ``bj.settings.max_batch_tokens`` tokens.
-    device
-        ``"auto"``, ``"cpu"``, ``"cuda"``...
-    random_state
-        Seed of the cell sampling and the random gene sets.
-    mod
-        MuData modality to read and write (default ``"rna"``); only for MuData input.
+    {layer}
+    {use_raw}
+    {input}
+    {library_size_key}
+    {n_bins_null}
+    {batch_size}
+    {device}
+    {random_state_null}
+    {mod}
     key_added
         ``uns`` key and ``obs`` column prefix.
-    copy
-        Return a modified copy instead of writing into ``adata``.
+    {copy_backed}
 
     Returns
     -------

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from .._docs import doc_params
 from .._keys import TOKEN_KEY
 from .._settings import settings
 from ._null import count_in as _count_in
@@ -64,6 +65,7 @@ def dependency_effect(base: np.ndarray, ablated: np.ndarray, null: np.ndarray) -
     return raw, null_eff, raw - null_eff
 
 
+@doc_params
 def programme_dependencies(
     adata: AnnData,
     programmes: Mapping[str, Sequence[str]],
@@ -102,9 +104,7 @@ def programme_dependencies(
 
     Parameters
     ----------
-    adata
-        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`, or a MuData (modality ``mod``,
-        which receives the results).
+    {adata_counts}
     programmes
         ``{name: gene symbols}``, at least two programmes. Only genes in the vocabulary and
         detected in ``adata`` enter (others are reported in a warning).
@@ -125,29 +125,18 @@ def programme_dependencies(
         Gene graph for the DMT neighbourhoods (a :class:`~biomjepa.data.graph.GeneGraph` or the
         directory it was saved to). Default: the graph named by the run's config, or the run's
         corpus cache ``graph/`` directory. Unused for ``random_block`` runs.
-    layer
-        Layer with raw counts; default ``X``.
-    use_raw
-        Read the counts from ``adata.raw`` (scanpy's convention; genes mapped with
-        ``bj.pp.map_vocab(adata, use_raw=True)``), as in :func:`biomjepa.tl.embed`. Not with ``layer``.
-    input, library_size_key
-        ``input="lognorm"`` reads ``log1p(normalize_total)`` values instead of raw counts, with library
-        sizes from ``obs[library_size_key]`` or estimated, as in :func:`biomjepa.tl.embed`.
-    n_bins
-        Quantile bins per axis of the null grid.
-    random_state
-        Seed of the random sets and the cell sampling.
-    batch_size
-        Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
-        also capped at ``bj.settings.max_batch_tokens`` tokens.
-    device
-        ``"auto"``, ``"cpu"``, ``"cuda"``...
-    mod
-        MuData modality to read and write (default ``"rna"``); only for MuData input.
+    {layer}
+    {use_raw}
+    {input}
+    {library_size_key}
+    {n_bins_null}
+    {random_state_null}
+    {batch_size}
+    {device}
+    {mod}
     key_added
         ``uns`` key of the result.
-    copy
-        Return a modified copy instead of writing into ``adata``.
+    {copy_backed}
 
     Returns
     -------

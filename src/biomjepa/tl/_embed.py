@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from .._docs import doc_params
 from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY
 from .._settings import settings
 from ..data.anndata_source import write_joint_obsm
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+@doc_params
 def embed(
     adata: AnnData,
     *,
@@ -49,36 +51,17 @@ def embed(
         or MuData with raw counts, after :func:`biomjepa.pp.map_vocab`.
         For a MuData, the modality ``mod`` is embedded and the results are written into it (and the
         embedding also into the MuData's ``obsm``, as muon does).
-    checkpoint
-        Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
-    layer
-        Layer with raw counts; default ``X``.
-    use_raw
-        Read the counts from ``adata.raw`` (scanpy's convention; its genes mapped first with
-        ``bj.pp.map_vocab(adata, use_raw=True)``), e.g. when ``X`` holds log-normalized values of a
-        subset of genes. Not together with ``layer``.
-    input
-        ``"counts"`` (default): raw integer counts. ``"lognorm"``: ``log1p(normalize_total(target_sum=T))``
-        values of every gene (``sc.pp.normalize_total`` + ``sc.pp.log1p``, any ``T``), the only form many
-        public datasets ship. They are checked (one ``T`` from the ``expm1`` row sums; ``expm1(x) · L / T``
-        must be integer counts) and read as those counts, so the model sees the same input; scaled or
-        z-scored values are refused. Backed, lazy and MuData input work as for counts.
-    library_size_key
-        With ``input="lognorm"``: ``obs`` column of library sizes (total counts over all genes, e.g.
-        ``"total_counts"``) for the library-size token. Without it they are estimated from the data,
-        with a warning (see :mod:`biomjepa.data.lognorm`).
-    batch_size
-        Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
-        also capped at ``bj.settings.max_batch_tokens`` tokens.
-    device
-        ``"auto"``, ``"cpu"``, ``"cuda"``...; requesting CUDA without CUDA raises.
-    mod
-        MuData modality (default ``"rna"``).
+    {checkpoint}
+    {layer}
+    {use_raw}
+    {input}
+    {library_size_key}
+    {batch_size}
+    {device}
+    {mod}
     key_added
         ``obsm`` key (default ``"X_biomjepa"``); parameters go to ``uns[key_added or "biomjepa"]["params"]``.
-    copy
-        Return a modified copy instead of writing into ``adata`` (not for backed AnnData: load it
-        with ``adata.to_memory()`` first, or keep ``copy=False``).
+    {copy_backed}
 
     Returns
     -------

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._device import dtype_label
+from .._docs import doc_params
 from .._keys import TOKEN_KEY
 from .._settings import settings
 from ._finetune_fit import fit_head, macro_f1
@@ -33,6 +34,7 @@ HEAD_WEIGHTS, HEAD_CONFIG, ENCODER_DIR = "head.safetensors", "head.json", "encod
 HEAD_FORMAT = "biomjepa-finetune-head"
 
 
+@doc_params
 def finetune(
     adata: AnnData,
     *,
@@ -79,16 +81,11 @@ def finetune(
     label_key
         ``obs`` column with the class labels; every class needs at least 3 labelled cells (one
         per split), and at least 2 classes are required.
-    checkpoint
-        Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
-    layer
-        Layer with raw counts; default ``X``.
-    use_raw
-        Read the counts from ``adata.raw`` (scanpy's convention; genes mapped with
-        ``bj.pp.map_vocab(adata, use_raw=True)``), as in :func:`biomjepa.tl.embed`. Not with ``layer``.
-    input, library_size_key
-        ``input="lognorm"`` reads ``log1p(normalize_total)`` values instead of raw counts, with library
-        sizes from ``obs[library_size_key]`` or estimated, as in :func:`biomjepa.tl.embed`.
+    {checkpoint}
+    {layer}
+    {use_raw}
+    {input}
+    {library_size_key}
     train_frac, valid_frac
         Fractions of each class for training and validation; the test split gets the rest
         (``1 - train_frac - valid_frac``, may be 0). Split sizes are rounded up for the
@@ -103,19 +100,16 @@ def finetune(
         AdamW weight decay, applied to every trainable parameter.
     random_state
         Seed of the split, the head initialisation and the batch order.
-    device
-        ``"auto"``, ``"cpu"``, ``"cuda"``...; requesting CUDA without CUDA raises.
+    {device}
     out_dir
         If given, write the fine-tuned encoder to ``out_dir/encoder`` (a regular biomjepa
         checkpoint, loadable by :func:`biomjepa.model.load_checkpoint`) and the head to
         ``out_dir/head.safetensors`` + ``out_dir/head.json`` (classes, sha256); reload both with
         :func:`biomjepa.tl._finetune.load_finetuned`. Never pickle.
-    mod
-        MuData modality to read and write (default ``"rna"``); only for MuData input.
+    {mod}
     key_added
         Prefix of the written keys.
-    copy
-        Return a modified copy instead of writing into ``adata``.
+    {copy_backed}
 
     Returns
     -------

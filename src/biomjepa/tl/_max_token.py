@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from .._docs import doc_params
 from .._keys import TOKEN_KEY
 from .._settings import settings
 from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_source
@@ -81,6 +82,7 @@ def winner_fraction(winners: np.ndarray, groups: np.ndarray) -> pd.DataFrame:
     return tab.div(tab.sum(axis=1), axis=0).astype(np.float64)
 
 
+@doc_params
 def max_token(
     adata: AnnData,
     *,
@@ -108,33 +110,21 @@ def max_token(
 
     Parameters
     ----------
-    adata
-        AnnData with raw counts, after :func:`biomjepa.pp.map_vocab`, or a MuData (modality ``mod``,
-        which receives the results).
+    {adata_counts}
     groupby
         ``obs`` column with cell groups (e.g. cell types) for the winner-fraction matrix; cells
         without a label (NaN) are left out of the fractions, with a warning saying how many.
-    checkpoint
-        Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
-    layer
-        Layer with raw counts; default ``X``.
-    use_raw
-        Read the counts from ``adata.raw`` (scanpy's convention; genes mapped with
-        ``bj.pp.map_vocab(adata, use_raw=True)``), as in :func:`biomjepa.tl.embed`. Not with ``layer``.
-    input, library_size_key
-        ``input="lognorm"`` reads ``log1p(normalize_total)`` values instead of raw counts, with library
-        sizes from ``obs[library_size_key]`` or estimated, as in :func:`biomjepa.tl.embed`.
-    batch_size
-        Cells per forward pass, a positive integer (default ``bj.settings.batch_size``); batches are
-        also capped at ``bj.settings.max_batch_tokens`` tokens.
-    device
-        ``"auto"``, ``"cpu"``, ``"cuda"``...
-    mod
-        MuData modality to read and write (default ``"rna"``); only for MuData input.
+    {checkpoint}
+    {layer}
+    {use_raw}
+    {input}
+    {library_size_key}
+    {batch_size}
+    {device}
+    {mod}
     key_added
         Prefix of the ``obs`` columns and ``uns`` key.
-    copy
-        Return a modified copy instead of writing into ``adata``.
+    {copy_backed}
 
     Returns
     -------

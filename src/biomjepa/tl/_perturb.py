@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._docs import doc_params
 from ._null import quantile_bins
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ def _check_finite(X: np.ndarray, use_rep: str) -> None:
         )
 
 
+@doc_params
 def perturbation_arithmetic(
     adata: AnnData,
     *,
@@ -150,12 +152,10 @@ def perturbation_arithmetic(
         Quantile bins of the covariate over the singles.
     random_state
         Seed of the cell sampling and random pairs.
-    mod
-        MuData modality to read and write (default ``"rna"``); only for MuData input.
+    {mod}
     key_added
         ``uns`` key.
-    copy
-        Return a modified copy instead of writing into ``adata``.
+    {copy}
 
     Returns
     -------
