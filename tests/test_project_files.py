@@ -33,7 +33,7 @@ def test_workflow_runs_ci_run_on_supported_pythons():
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "test.yaml").read_text())
     job = workflow["jobs"]["test"]
     assert job["strategy"]["matrix"]["python"] == ["3.11", "3.12", "3.13"]
-    assert metadata("biomjepa")["Requires-Python"] == ">=3.10"
+    assert metadata("biomjepa")["Requires-Python"] == ">=3.11"
     assert any(step.get("run") == "bash .ci/run" for step in job["steps"])
 
 
