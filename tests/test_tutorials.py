@@ -38,11 +38,13 @@ NOTEBOOKS = {
     "03_pretrain_your_own.ipynb": True,
     "04_benchmark_and_finetune.ipynb": False,
     "05_multimodal_muon.ipynb": True,
+    "06_lognormalized_data.ipynb": False,
 }
 # docs/figures/*.png → what draws it (scripts/run_tutorials.py)
 FIGURE_SOURCES = {
     "umap_pancreas.png": "biomjepa demo",
     "bench_pancreas.png": "tutorials/04_benchmark_and_finetune.ipynb",
+    "integration_pbmc_chemistries.png": "tutorials/06_lognormalized_data.ipynb",
 }
 
 
