@@ -1,4 +1,5 @@
-"""Shared fixtures: the ../shared data directory (skip when absent) and a tiny checkpoint."""
+"""Shared fixtures: the ../shared data directory (skip when absent), tiny checkpoints (valid and broken),
+small count matrices and a local HTTP server. Plain helpers for bad-input tests are in ``_inputs.py``."""
 
 from __future__ import annotations
 
@@ -40,6 +41,37 @@ def tiny_checkpoint(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("ckpt") / "tiny"
     save_checkpoint(model, path, provenance={"kind": "random-init", "seed": 0})
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory) -> dict[str, str]:
+    """A valid tiny checkpoint (seed 0) and its broken variants: another vocabulary, truncated weights,
+    a half-written config.json, and a path that does not exist."""
+    import shutil
+
+    import torch
+
+    from biomjepa.model import CONFIG, WEIGHTS, BiomJEPA, save_checkpoint
+    from biomjepa.nn import ModelConfig
+
+    root = tmp_path_factory.mktemp("hardening_ckpt")
+    torch.manual_seed(0)
+    good = save_checkpoint(BiomJEPA(ModelConfig.preset("tiny")), root / "good")
+    foreign = save_checkpoint(BiomJEPA(ModelConfig.preset("tiny", vocab_size=500)), root / "foreign_vocab")
+    truncated = shutil.copytree(good, root / "truncated")
+    data = (truncated / WEIGHTS).read_bytes()
+    (truncated / WEIGHTS).write_bytes(data[: len(data) // 2])
+    bad_json = shutil.copytree(good, root / "bad_json")
+    text = (bad_json / CONFIG).read_text()
+    (bad_json / CONFIG).write_text(text[: len(text) // 2])
+    return {"good": str(good), "foreign_vocab": str(foreign), "truncated": str(truncated),
+            "bad_json": str(bad_json), "missing": str(root / "does_not_exist")}
+
+
+@pytest.fixture(scope="session")
+def ckpt(checkpoints) -> str:
+    """The valid checkpoint of ``checkpoints`` (a ``str``; ``tests/model`` overrides it with a ``Path``)."""
+    return checkpoints["good"]
 
 
 @pytest.fixture

@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+from pathlib import Path
 
+import anndata as ad
 import numpy as np
 import pytest
+from _inputs import symbols
+from scipy import sparse
 
+import biomjepa as bj
 from biomjepa.cli import build_parser, main
 
 N_GENES = 200
@@ -209,3 +214,61 @@ def test_embed_reads_lognormalized_input(counts_adata, tiny_checkpoint, tmp_path
                  "--library-size-key", "total_counts", *args]) == 0
     a, b = ad.read_h5ad(tmp_path / "a.h5ad"), ad.read_h5ad(tmp_path / "b.h5ad")
     np.testing.assert_array_equal(a.obsm["X_biomjepa"], b.obsm["X_biomjepa"])
+
+
+# ------------------------------------------------- inputs that are not h5ad; `biomjepa embed X X` is atomic
+@pytest.mark.parametrize("command", [["embed", "{txt}", "{out}"], ["graph", "{txt}", "--out", "{out}"]])
+def test_non_h5ad_input_is_a_usage_error(tmp_path, command, capsys):
+    from biomjepa.cli import main
+
+    txt = tmp_path / "notes.txt"
+    txt.write_text("these are my notes\n")
+    out = tmp_path / "out.h5ad"
+    with pytest.raises(SystemExit) as exit_:
+        main([c.format(txt=txt, out=out) for c in command])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "notes.txt' is not an .h5ad file" in err and "write_h5ad" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def _input_h5ad(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    a = ad.AnnData(sparse.csr_matrix(rng.poisson(1.0, size=(12, 40)).astype(np.float32) + np.eye(12, 40)))
+    a.var_names = symbols(40)
+    a.write_h5ad(path)
+    return path
+
+
+def test_embed_in_place_survives_an_interrupted_write(ckpt, tmp_path, monkeypatch):
+    from biomjepa.cli import main
+
+    src = _input_h5ad(tmp_path / "x.h5ad")
+    before = src.read_bytes()
+
+    def dies_half_way(self, filename, **kw):
+        Path(filename).write_bytes(b"half an h5ad")
+        raise OSError("killed during the write")
+
+    with monkeypatch.context() as m:
+        m.setattr(ad.AnnData, "write_h5ad", dies_half_way)
+        assert main(["embed", str(src), str(src), "--checkpoint", str(ckpt)]) == 1
+    assert src.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.h5ad"]  # no temporary file left
+    assert main(["embed", str(src), str(src), "--checkpoint", str(ckpt)]) == 0
+    assert ad.read_h5ad(src).obsm["X_biomjepa"].shape == (12, 64)
+
+
+@pytest.mark.parametrize(("output", "message"), [
+    ("{tmp}", "is a directory"),
+    ("{tmp}/missing/out.h5ad", "does not exist; create"),
+])
+def test_embed_checks_the_output_path_before_embedding(output, message, tmp_path, capsys, monkeypatch):
+    from biomjepa.cli import main
+
+    src = _input_h5ad(tmp_path / "x.h5ad")
+    monkeypatch.setattr(bj.tl, "embed", lambda *a, **k: pytest.fail("embedded before checking the output"))
+    with pytest.raises(SystemExit) as exc:
+        main(["embed", str(src), output.format(tmp=tmp_path)])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import anndata as ad
 import numpy as np
 import pandas as pd
 import pytest
+from _inputs import N_CELLS, assert_unchanged, make_mapped, raises_unchanged
 
+import biomjepa as bj
 from biomjepa import bench
 
 REPS = ["X_emb", "X_noise"]
@@ -142,3 +145,34 @@ def test_baselines_and_run(blobs):
     assert set(df.task) == {"annotation", "clustering", "geometry"} and set(df.rep) == {"X_emb", "X_pca50"}
     with pytest.raises(ValueError, match="unknown baselines"):
         bench.add_baselines(blobs, ["tsne"])
+
+
+# ------------------------------------------------------ dtypes, non-finite representations, input untouched
+def test_perturbation_keeps_expression_in_float32(monkeypatch):
+    import importlib
+
+    pb = importlib.import_module("biomjepa.bench.perturbation")  # bj.bench.perturbation is the function
+    seen = []
+    real = pb.fit_mlp
+    monkeypatch.setattr(pb, "fit_mlp", lambda X, Y, *a, **k: (seen.append(Y.dtype), real(X, Y, *a, **k))[1])
+    rng = np.random.default_rng(0)
+    pert = np.array(["ctrl"] * 30 + ["A"] * 10 + ["B"] * 10 + ["C"] * 10 + ["A+B"] * 10)
+    a = ad.AnnData(rng.poisson(2.0, size=(len(pert), 20)).astype(np.float64))
+    a.obs["perturbation"] = pert
+    a.obsm["X_rep"] = rng.normal(size=(len(pert), 4))
+    pb.perturbation(a, use_reps=["X_rep"], perturbation_key="perturbation", control="ctrl", shots=[1], seeds=[0],
+                    max_epochs=2, baselines=(), hidden=(8,))
+    assert seen and all(dt == np.float32 for dt in seen)
+
+
+def test_bench_refuses_non_finite_and_never_modifies(ckpt):
+    a = make_mapped()
+    rng = np.random.default_rng(0)
+    a.obsm["X_rep"] = rng.normal(size=(N_CELLS, 4))
+    before = a.copy()
+    bj.bench.clustering(a, label_key="group", use_reps=["X_rep"])
+    bj.bench.geometry(a, use_reps=["X_rep"])
+    assert_unchanged(a, before)
+    a.obsm["X_rep"][0, 0] = np.nan
+    raises_unchanged(a, ValueError, r"obsm\['X_rep'\] must be a finite 2-D array", bj.bench.annotation,
+                     label_key="group", use_reps=["X_rep"])

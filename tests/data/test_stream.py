@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
+import warnings
 
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+from _inputs import (
+    BAD_VALUES,
+    N_GENES,
+    TOOLS,
+    _bad,
+    _dense,
+    make_mapped,
+    make_raw,
+    programme,
+    raises_unchanged,
+)
+
+import biomjepa as bj
 from biomjepa.data.stream import gather, iter_selected, iter_tokenized, iter_vocab_counts
 from biomjepa.data.tokenize import concat_cells
 from biomjepa.data.vocab import Vocab
@@ -113,3 +129,96 @@ def test_counts_view_errors():
         counts_view(a, layer="counts", use_raw=True)
     with pytest.raises(TypeError, match="use_raw must be True or False"):
         counts_view(a, use_raw="yes")
+
+
+# ----------- what every tool reads through the stream: empty cells, non-count values, formats, dask, chunks
+def test_cells_without_vocabulary_genes(ckpt):
+    a = make_mapped("dense")
+    a.X[3, :N_GENES] = 0  # cell 3 keeps only unmapped genes
+    a.X[3, N_GENES] = 1
+    for tool in TOOLS.values():
+        raises_unchanged(a, ValueError, r"1 cell\(s\) have no expressed gene in the vocabulary.*filter_cells", tool, ckpt)
+
+
+@pytest.mark.parametrize("tool", list(TOOLS))
+@pytest.mark.parametrize("kind", list(BAD_VALUES))
+def test_non_count_values_refused(kind, tool, ckpt):
+    a = _bad(kind)
+    raises_unchanged(a, ValueError, BAD_VALUES[kind], TOOLS[tool], ckpt)
+
+
+def test_dense_csr_csc_backed_agree(ckpt, tmp_path):
+    results = {}
+    for fmt in ("dense", "csr", "csc"):
+        a = make_mapped(fmt)
+        before = a.copy()
+        out = bj.tl.embed(a, checkpoint=ckpt, device="cpu", copy=True)
+        bj.tl.max_token(a, checkpoint=ckpt, device="cpu", groupby="group")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # fewer cells than n_cells
+            bj.tl.ablate_programme(a, programme(), checkpoint=ckpt, device="cpu", n_cells=4)
+        np.testing.assert_array_equal(_dense(a.X), _dense(before.X))  # X untouched
+        assert type(a.X) is type(before.X)
+        results[fmt] = (a.uns["biomjepa"]["vocab"]["count_fraction"], out.obsm["X_biomjepa"],
+                        a.obs["max_token_gene"].tolist(), a.obs["ablation_excess"].to_numpy())
+    make_raw("csr").write_h5ad(tmp_path / "raw.h5ad")
+    backed = ad.read_h5ad(tmp_path / "raw.h5ad", backed="r")
+    bj.pp.map_vocab(backed)
+    bj.tl.embed(backed, checkpoint=ckpt, device="cpu")
+    results["backed"] = (backed.uns["biomjepa"]["vocab"]["count_fraction"], backed.obsm["X_biomjepa"],
+                         *results["csr"][2:])
+    backed.file.close()
+    ref = results["csr"]
+    for fmt, res in results.items():
+        assert res[0] == pytest.approx(ref[0]), fmt
+        np.testing.assert_allclose(res[1], ref[1], rtol=1e-5, atol=1e-6, err_msg=fmt)
+        assert res[2] == ref[2], fmt
+        np.testing.assert_allclose(res[3], ref[3], rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=fmt)
+
+
+def _lazy_inputs(path, n_vars):
+    import h5py
+
+    pytest.importorskip("dask")
+    lazy = ad.experimental.read_lazy(path)
+    f = h5py.File(path, "r")
+    X = ad.experimental.read_elem_lazy(f["X"], chunks=(77, n_vars))
+    assert type(X).__module__.startswith("dask")
+    mem = ad.read_h5ad(path)
+    return {"read_lazy": lazy, "read_elem_lazy": ad.AnnData(X, obs=mem.obs.copy(), var=mem.var.copy())}, f
+
+
+def test_embed_and_max_token_on_dask_backed_x_equal_in_memory(counts_adata, tiny_checkpoint, tmp_path):
+    big = ad.concat([counts_adata] * 3, merge="same", index_unique="-")  # 180 cells: several 77-row dask chunks
+    big.var["biomjepa_token"] = Vocab.default().index_of(big.var_names)
+    path = tmp_path / "big.h5ad"
+    big.write_h5ad(path)
+    bj.tl.embed(big, checkpoint=tiny_checkpoint)
+    bj.tl.max_token(big, groupby="group", checkpoint=tiny_checkpoint)
+    inputs, f = _lazy_inputs(path, big.n_vars)
+    try:
+        for name, lazy in inputs.items():
+            bj.tl.embed(lazy, checkpoint=tiny_checkpoint)
+            np.testing.assert_allclose(lazy.obsm["X_biomjepa"], big.obsm["X_biomjepa"], atol=1e-6, err_msg=name)
+            bj.tl.max_token(lazy, groupby="group", checkpoint=tiny_checkpoint)
+            for col in ("max_token_gene", "max_token_share", "max_token_top_expressed"):
+                np.testing.assert_array_equal(np.asarray(lazy.obs[col]), big.obs[col].to_numpy(), err_msg=name)
+            pd.testing.assert_frame_equal(lazy.uns["max_token"]["winner_fraction"],
+                                          big.uns["max_token"]["winner_fraction"])
+    finally:
+        f.close()
+
+
+@pytest.mark.filterwarnings("ignore:Programme genes not in the vocabulary")
+def test_streamed_chunks_do_not_change_results(mapped, tiny_checkpoint, monkeypatch):
+    """A tool reads chunk by chunk; 7-row chunks give the same answers as one chunk."""
+    from biomjepa.data import stream
+
+    ref = bj.tl.ablate_programme(mapped, {"p": list(mapped.var_names[:3])}, groupby="group", n_cells=5,
+                                 checkpoint=tiny_checkpoint, copy=True).uns["ablation"]
+    monkeypatch.setattr(stream.iter_tokenized, "__kwdefaults__", {**stream.iter_tokenized.__kwdefaults__, "chunk": 7})
+    monkeypatch.setattr(stream.iter_selected, "__kwdefaults__", {**stream.iter_selected.__kwdefaults__, "chunk": 7})
+    out = bj.tl.ablate_programme(mapped, {"p": list(mapped.var_names[:3])}, groupby="group", n_cells=5,
+                                 checkpoint=tiny_checkpoint, copy=True).uns["ablation"]
+    pd.testing.assert_frame_equal(out["cells"], ref["cells"], atol=1e-6)
+    pd.testing.assert_frame_equal(out["null_sets"], ref["null_sets"])

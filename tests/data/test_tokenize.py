@@ -70,3 +70,13 @@ def test_sorted_batches_cover_all_and_reduce_padding():
     assert padding_waste(lengths, batches) < padding_waste(lengths, naive) / 5
     capped = sorted_batches(lengths, 16, max_tokens=6000)
     assert all(len(b) * (lengths[b].max() + N_TECH) <= 6000 or len(b) == 1 for b in capped)
+
+
+# --------------------------------------------------------------------------- every value is checked
+def test_non_integer_values_after_the_first_200k_are_refused():
+    raw = np.ones(250_000, dtype=np.float32)
+    lognorm = np.log1p(np.full(100_000, 3.0, dtype=np.float32))  # a later, log-normalized part
+    X = sparse.csr_matrix(np.concatenate([raw, lognorm])[None, :])
+    with pytest.raises(ValueError, match="does not look like raw counts"):
+        check_counts(X)
+    check_counts(sparse.csr_matrix(np.ones((1, 350_000), dtype=np.float32)))

@@ -8,9 +8,16 @@ import sys
 from importlib import resources
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from biomjepa.data.idtable import classify, clean_names, looks_like_positions, resolve_identifiers
+from biomjepa.data.idtable import (
+    classify,
+    clean_names,
+    looks_like_positions,
+    resolve_identifiers,
+    resolve_symbols,
+)
 from biomjepa.data.vocab import Vocab, id_maps, mouse_orthologs
 
 
@@ -101,3 +108,11 @@ def test_import_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- case folding
+def test_case_folding_never_guesses_between_symbols():
+    vocab = Vocab(["ABC1", "Abc1", "TP53"])  # the bundled vocabulary has no such pair
+    token, method = resolve_symbols(pd.Series(["abc1", "tp53", "Abc1"]), vocab)
+    assert token.tolist() == [-1, 2, 1] and method.tolist() == ["", "case", "official"]
+    assert vocab.upper_ambiguous(["abc1", "tp53"]).tolist() == [True, False]

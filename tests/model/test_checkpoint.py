@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
+from _inputs import TOOLS, edit_model_config, make_mapped, raises_unchanged
 
 import biomjepa as bj
+from biomjepa import _pretrained
 from biomjepa._pretrained import load_model, resolve_checkpoint
 from biomjepa.model import (
     CONFIG,
+    MANIFEST,
     WEIGHTS,
     BiomJEPA,
     CheckpointError,
@@ -231,3 +237,93 @@ def test_fixed_feature_statistics_round_trip_and_standardize_every_cell_alike(tm
     with pytest.raises(ValueError, match=r"readout\.mean"):
         save_checkpoint(m, tmp_path / "d", readout={"standardize": True, "mean": [0.0], "scale": [1.0]})
     assert not (tmp_path / "d").exists()
+
+
+# ---------------------- config.json edited or malformed, the manifest, broken checkpoints through the tools
+@pytest.fixture
+def unpinned(tmp_path) -> Path:
+    """A checkpoint without SHA256SUMS (as written before the manifest existed), with run provenance."""
+    torch.manual_seed(0)
+    path = save_checkpoint(BiomJEPA(ModelConfig.preset("tiny")), tmp_path / "old",
+                           provenance={"config": {"model": "tiny", "model_overrides": {}}})
+    (path / MANIFEST).unlink()
+    return path
+
+
+def _edit_config(path: Path, fn) -> None:
+    meta = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(fn(meta) if callable(fn) else fn)
+
+
+def test_edited_heads_in_unpinned_checkpoint_is_caught_by_provenance(unpinned):
+    meta = json.loads((unpinned / "config.json").read_text())
+    heads = meta["model"]["n_heads"]
+    _edit_config(unpinned, lambda m: json.dumps({**m, "model": {**m["model"], "n_heads": heads * 2}}))
+    with pytest.raises(CheckpointError, match=rf"config.json: 'model.n_heads' is {heads * 2}.*n_heads={heads}.*edited"):
+        load_checkpoint(unpinned)
+
+
+def test_unpinned_checkpoint_warns_and_names_the_fix(unpinned):
+    _edit_config(unpinned, lambda m: json.dumps({**m, "provenance": {}}))
+    with pytest.warns(UserWarning, match=r"no SHA256SUMS manifest.*bj\.train\.export"):
+        model = load_checkpoint(unpinned)
+    assert model.config.n_heads == ModelConfig.preset("tiny").n_heads
+
+
+def test_pinned_and_bundled_checkpoints_do_not_warn(tiny_checkpoint):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_checkpoint(tiny_checkpoint)
+        load_checkpoint(_pretrained._bundled_dir("_models/biomjepa-mini-v0.1"))
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    ('{"format": "biomjepa-checkpoint", "model": ', "not valid JSON"),
+    ("[1, 2]", "holds a JSON list"),
+    (lambda m: json.dumps({k: v for k, v in m.items() if k != "model"}), "key 'model' is missing"),
+    (lambda m: json.dumps({**m, "model": None}), "key 'model' is missing or not an object"),
+    (lambda m: json.dumps({**m, "model": {k: v for k, v in m["model"].items() if k != "d_model"}}), r"lacks the keys \['d_model'\]"),
+    (lambda m: json.dumps({**m, "model": {**m["model"], "d_model": "32"}}), r"'model.d_model' is '32' \(str\); expected int"),
+    (lambda m: json.dumps({**m, "model": {**m["model"], "n_layers": 2.5}}), r"'model.n_layers' is 2.5"),
+    (lambda m: json.dumps({**m, "model": {**m["model"], "n_heads": 0}}), r"'model.n_heads' is 0 \(int\); expected int >= 1"),
+    (lambda m: json.dumps({**m, "model": {**m["model"], "colour": 1}}), r"unknown key 'model.colour'"),
+    (lambda m: json.dumps({**m, "format_version": "1"}), "has format"),
+])
+def test_malformed_config_json_names_the_file_and_key(unpinned, edit, named):
+    _edit_config(unpinned, edit)
+    with pytest.raises(CheckpointError, match=named) as err:
+        load_checkpoint(unpinned)
+    assert "config.json" in str(err.value) or str(unpinned) in str(err.value)
+
+
+def test_manifest_lists_every_checkpoint_file(ckpt):
+    lines = (ckpt / MANIFEST).read_text().splitlines()
+    assert [line.split("  ")[1] for line in lines] == sorted([CONFIG, WEIGHTS])
+    for line in lines:
+        digest, name = line.split("  ")
+        assert hashlib.sha256((ckpt / name).read_bytes()).hexdigest() == digest
+    assert checkpoint_sha256(ckpt) == hashlib.sha256((ckpt / MANIFEST).read_bytes()).hexdigest()
+
+
+def test_edited_config_is_refused(ckpt, tmp_path):
+    edited = shutil.copytree(ckpt, tmp_path / "edited")
+    edit_model_config(edited, attn_eps=1e-2)  # loads fine without the manifest, and changes the embeddings
+    with pytest.raises(CheckpointError, match=r"config\.json is corrupted or truncated.*SHA256SUMS"):
+        load_checkpoint(edited)
+    with pytest.raises(CheckpointError, match="SHA256SUMS"):
+        bj.load_model(str(edited))
+
+
+CHECKPOINT_ERRORS = {
+    "foreign_vocab": (CheckpointError, "was trained on another vocabulary"),
+    "truncated": (CheckpointError, "is corrupted or truncated: sha256"),
+    "bad_json": (CheckpointError, "is not valid JSON.*corrupted"),
+    "missing": (FileNotFoundError, "neither a registered name.*Pass `checkpoint=`"),
+}
+
+
+@pytest.mark.parametrize("tool", list(TOOLS))
+@pytest.mark.parametrize("which", list(CHECKPOINT_ERRORS))
+def test_bad_checkpoints_refused(which, tool, checkpoints):
+    exc, match = CHECKPOINT_ERRORS[which]
+    raises_unchanged(make_mapped(), exc, match, TOOLS[tool], checkpoints[which])

@@ -7,9 +7,11 @@ import matplotlib as mpl
 import numpy as np
 import pandas as pd
 import pytest
+from _inputs import make_mapped, raises_unchanged
 
 mpl.use("Agg")
 
+import biomjepa as bj
 from biomjepa.pl._ablate import ablate_programme
 from biomjepa.pl._max_token import max_token
 from biomjepa.pl._perturb import perturbation_arithmetic
@@ -61,3 +63,14 @@ def test_plots_need_results():
         ablate_programme(a)
     with pytest.raises(KeyError, match=r"tl\.perturbation_arithmetic"):
         perturbation_arithmetic(a)
+
+
+# --------------------------------------------------------------------------- plots before their tool
+def test_plots_before_their_tool():
+    a = make_mapped()
+    for fn, tool in [(bj.pl.max_token, "max_token"), (bj.pl.ablate_programme, "ablate_programme"),
+                     (bj.pl.programme_dependencies, "programme_dependencies"),
+                     (bj.pl.perturbation_arithmetic, "perturbation_arithmetic")]:
+        raises_unchanged(a, KeyError, rf"Run `bj\.tl\.{tool}", fn)
+    with pytest.raises(ValueError, match=r"empty bj\.bench table"):
+        bj.pl.bench(pd.DataFrame(columns=["task", "rep", "setting", "seed", "metric", "value"]))

@@ -2,37 +2,30 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import anndata as ad
 import numpy as np
 import pandas as pd
 import pytest
+from _inputs import (
+    BAD_VALUES,
+    HUMAN,
+    N_GENES,
+    _bad,
+    _embed,
+    idx,
+    make,
+    make_raw,
+    raises_unchanged,
+    symbols,
+)
 from scipy import sparse
 
 import biomjepa as bj
 from biomjepa.data.vocab import Vocab
 from biomjepa.pp import _vocab
-
-HUMAN = ["TP53", "GAPDH", "ACTB", "CD3E", "MS4A1", "LYZ", "CD14", "NKG7"]
-
-
-def make(names, X=None, fmt="csr", seed=0) -> ad.AnnData:
-    rng = np.random.default_rng(seed)
-    if X is None:
-        X = rng.poisson(3.0, size=(12, len(names))).astype(np.float32)
-    if fmt == "csr":
-        X = sparse.csr_matrix(X)
-    elif fmt == "csc":
-        X = sparse.csc_matrix(X)
-    a = ad.AnnData(X)
-    a.var_names = list(names)
-    a.obs_names = [f"c{i}" for i in range(a.n_obs)]
-    return a
-
-
-def idx(*symbols):
-    return Vocab.default().index_of(list(symbols)).tolist()
 
 
 def report(a):
@@ -286,6 +279,7 @@ PANELS = {
 
 
 @pytest.mark.shared
+@pytest.mark.slow
 def test_panel_warning_on_real_files(shared_data):
     """Every whole-transcriptome file of ../shared/data maps without the panel warning; the three panels warn."""
     files = sorted((shared_data / "scrna").glob("*.h5ad"))
@@ -298,3 +292,128 @@ def test_panel_warning_on_real_files(shared_data):
         warned = any("gene panel" in str(w.message) for w in caught)
         assert warned == (f.name in PANELS), (f.name, report(a)["vocab_coverage"])
         a.file.close()
+
+
+# ---------------------- gene names users really send (empty data, positions, mouse, case, suffixes, digits)
+@pytest.mark.parametrize("shape", [(0, 0), (0, 5), (5, 0)])
+def test_map_vocab_empty_anndata(shape):
+    a = ad.AnnData(np.zeros(shape, dtype=np.float32))
+    if shape[1]:
+        a.var_names = symbols(shape[1])
+    raises_unchanged(a, ValueError, r"AnnData is empty \(\d+ cells × \d+ genes\)", bj.pp.map_vocab)
+
+
+def test_integer_positions_as_gene_names(ckpt):
+    a = make_raw()
+    a.var["symbol"] = a.var_names.to_numpy()
+    a.var_names = [str(i) for i in range(a.n_vars)]
+    raises_unchanged(a, ValueError, r"integer positions.*gene_key=.*'symbol'", bj.pp.map_vocab)
+    raises_unchanged(a, KeyError, r"Run `bj\.pp\.map_vocab\(adata\)` first", _embed, ckpt)
+    bj.pp.map_vocab(a, gene_key="symbol")
+    assert a.uns["biomjepa"]["vocab"]["n_matched"] == N_GENES
+
+
+def test_mouse_symbols_with_default_species():
+    a = ad.AnnData(np.ones((4, 8), dtype=np.float32))
+    a.var_names = ["Gcg", "Ins1", "Ins2", "Sst", "Ppy", "Pdx1", "Iapp", "Nkx6-1"]
+    raises_unchanged(a, ValueError, r'look like mouse genes.*species="mouse"', bj.pp.map_vocab)
+    bj.pp.map_vocab(a, species="mouse")
+    assert a.uns["biomjepa"]["vocab"]["methods"]["ortholog"] >= 5
+
+
+def test_mixed_symbols_and_ensembl():
+    a = ad.AnnData(np.ones((3, 4), dtype=np.float32))
+    a.var_names = ["TP53", "ENSG00000111640.15", "ACTB", "ENSG00000105329"]  # TP53, GAPDH, ACTB, TGFB1
+    bj.pp.map_vocab(a)
+    report = a.uns["biomjepa"]["vocab"]
+    assert report["id_type"] == "mixed" and report["n_matched"] == 4
+    assert a.var["biomjepa_token"].tolist() == Vocab.default().index_of(["TP53", "GAPDH", "ACTB", "TGFB1"]).tolist()
+
+
+@pytest.mark.parametrize("kind", list(BAD_VALUES))
+def test_map_vocab_maps_genes_whatever_the_values(kind):
+    """Documented handling: ``map_vocab`` maps genes only; the tools validate the values."""
+    a = _bad(kind)
+    del a.var["biomjepa_token"], a.uns["biomjepa"]
+    X = a.X.copy()
+    bj.pp.map_vocab(a)
+    assert a.uns["biomjepa"]["vocab"]["n_matched"] == N_GENES
+    np.testing.assert_array_equal(a.X, X)
+
+
+def test_mixed_case_symbols_map_case_insensitively_and_are_counted(caplog):
+    a = make(["Tp53", "gapdh", "Actb", "cd3e", *HUMAN[4:]])
+    with caplog.at_level(logging.INFO, logger="biomjepa.pp._vocab"):
+        bj.pp.map_vocab(a)
+    assert a.var["biomjepa_token"].tolist() == idx(*HUMAN)
+    r = a.uns["biomjepa"]["vocab"]
+    assert r["methods"]["case"] == 4 and r["methods"]["official"] == 4 and r["n_case_ambiguous"] == 0
+    assert "Tp53 → TP53" in r["case_examples"]
+    assert "4 symbols in lower or mixed case were matched case-insensitively" in caplog.text
+
+
+def test_all_lower_case_symbols_map():
+    a = make([s.lower() for s in HUMAN])
+    bj.pp.map_vocab(a)
+    assert a.var["biomjepa_token"].tolist() == idx(*HUMAN)
+    assert a.uns["biomjepa"]["vocab"]["methods"]["case"] == len(HUMAN)
+
+
+def test_mouse_like_mixed_case_with_human_warns_to_pass_species():
+    a = make(["Gcg", "Ins1", "Sst", "Ppy", *HUMAN])  # 4 of 12 mouse-style names
+    with pytest.warns(UserWarning, match='species="mouse"'):
+        bj.pp.map_vocab(a)
+    assert a.uns["biomjepa"]["vocab"]["methods"]["case"] >= 3  # Gcg, Sst, Ppy (INS1 is no human gene)
+
+
+def test_mouse_names_as_human_still_refused_with_both_fixes():
+    a = make(["Gcg", "Ins1", "Sst", "Ppy", "Pdx1", "Actb"])
+    with pytest.raises(ValueError, match=r'species="mouse".*str\.upper\(\)'):
+        bj.pp.map_vocab(a)
+    assert "biomjepa_token" not in a.var and "biomjepa" not in a.uns
+    bj.pp.map_vocab(a, species="mouse")
+    assert a.uns["biomjepa"]["vocab"]["methods"]["ortholog"] >= 3
+
+
+def test_suffixed_names_are_reported_not_stripped():
+    a = make(["TP53", "TP53-1", "ACTB", "ACTB.1", "GAPDH", "LYZ", "ERV3.1", "NOTAGENE-2"])
+    with pytest.warns(UserWarning, match=r"2 gene names carry a '-N' or '\.N' suffix.*TP53-1.*ACTB\.1.*gene_key="):
+        bj.pp.map_vocab(a)
+    tok = a.var["biomjepa_token"].tolist()
+    assert tok[1] == tok[3] == -1  # never silently merged into TP53 / ACTB
+    r = a.uns["biomjepa"]["vocab"]
+    assert r["n_suffixed_unmapped"] == 2 and r["suffixed_examples"] == ["TP53-1", "ACTB.1"]
+
+
+def test_official_symbols_with_dashes_are_not_suffixes():
+    names = ["NKX2-1", "HLA-A", "MT-ND1", *HUMAN]
+    a = make(names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message="The input measures only")  # 11 genes: a gene panel
+        bj.pp.map_vocab(a)
+    assert (a.var["biomjepa_token"] >= 0).all()
+    assert a.uns["biomjepa"]["vocab"]["n_suffixed_unmapped"] == 0
+
+
+def _counts(names: list[str]) -> ad.AnnData:
+    a = ad.AnnData(np.ones((3, len(names)), dtype=np.float32))
+    a.var_names = names
+    return a
+
+
+def test_subsetted_integer_labels_are_not_read_as_entrez():
+    labels = [str(i) for i in range(1, 400, 3)]  # '1'…'n' after filtering: not positions any more
+    a = _counts(labels)
+    with pytest.raises(ValueError, match=r'all digits.*id_type="entrez".*gene_key='):
+        bj.pp.map_vocab(a)
+    bj.pp.map_vocab(a, id_type="entrez")  # the caller says they are Entrez ids
+    assert a.uns["biomjepa"]["vocab"]["n_matched"] > 0
+
+
+def test_digits_among_symbols_are_left_unmapped_with_a_warning():
+    a = _counts([*symbols(20), "7157", "60"])
+    with pytest.warns(UserWarning, match=r"2 gene names are all digits"):
+        bj.pp.map_vocab(a)
+    assert a.var["biomjepa_token"].tolist()[-2:] == [-1, -1]
+    assert a.uns["biomjepa"]["vocab"]["n_numeric_unmapped"] == 2

@@ -7,7 +7,9 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from _inputs import _with_nan_groups
 
+import biomjepa as bj
 from biomjepa.data.vocab import Vocab
 from biomjepa.tl._ablate import ablate_programme, displacement, excess, matched_test
 from biomjepa.tl._null import expression_bins, matched_random_set, quantile_bins
@@ -132,3 +134,15 @@ def test_graph_programme_from_saved_graph(mapped, tiny_checkpoint, tmp_path):
     used = r["params"]["programmes"][name]
     assert set(used) <= set(chain) and sorted(used + r["params"]["left_out"][name]) == sorted(chain)
     assert set(r["cells"]["programme"]) == {name} and mapped.obs["ablation_excess"].notna().sum() == 12
+
+
+# --------------------------------------------------------------------------- NaN labels
+@pytest.mark.filterwarnings("ignore:Programme genes not in the vocabulary")
+def test_ablate_programme_never_samples_nan_labels(mapped, tiny_checkpoint):
+    _with_nan_groups(mapped)
+    with pytest.warns(UserWarning, match="Dropping 5 of 60 cells"):
+        bj.tl.ablate_programme(mapped, {"p": list(mapped.var_names[:3])}, groupby="group", n_cells=4,
+                               checkpoint=tiny_checkpoint)
+    cells = mapped.uns["ablation"]["cells"]
+    assert set(cells["group"]) == {"a", "b", "c"}
+    assert not set(cells["cell"]) & set(mapped.obs_names[:5])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
+
 import anndata as ad
 import numpy as np
 import pytest
+from _inputs import HUMAN, _bad, _dense, make, make_mapped, make_raw, symbols
 from scipy import sparse
 
 import biomjepa as bj
@@ -289,3 +292,55 @@ def test_lognorm_input_errors_leave_adata_unchanged(mapped, tiny_checkpoint):
         bj.tl.embed(z, checkpoint=tiny_checkpoint, input="lognorm", library_size_key="total_counts")
     np.testing.assert_array_equal(b.X.toarray(), X)
     assert "X_biomjepa" not in b.obsm and "X_biomjepa" not in z.obsm and "params" not in z.uns["biomjepa"]
+
+
+# ---------------------------------------------------- duplicated genes, counts in a layer, boolean matrices
+def test_duplicated_var_names_are_summed(ckpt):
+    """Documented handling: vars mapping to one token have their counts summed by the tokenizer."""
+    a = make_raw("dense")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # anndata's "Variable names are not unique"
+        dup = ad.concat([a, a[:, :10]], axis=1, merge="first")  # genes 0–9 twice, var_names duplicated
+        dup.obs = a.obs.copy()
+        assert not dup.var_names.is_unique
+        bj.pp.map_vocab(dup)
+        before = dup.copy()
+        bj.tl.embed(dup, checkpoint=ckpt, device="cpu")
+    assert dup.uns["biomjepa"]["vocab"]["n_duplicate_tokens"] == 10
+    summed = a.copy()
+    summed.X[:, :10] *= 2
+    bj.pp.map_vocab(summed)
+    bj.tl.embed(summed, checkpoint=ckpt, device="cpu")
+    np.testing.assert_allclose(dup.obsm["X_biomjepa"], summed.obsm["X_biomjepa"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(_dense(dup.X), _dense(before.X))
+
+
+def test_layer_with_counts_is_the_fix(ckpt):
+    a = _bad("log-normalized")
+    a.layers["counts"] = make_raw("dense").X
+    bj.tl.embed(a, checkpoint=ckpt, device="cpu", layer="counts")
+    ref = make_mapped("dense")
+    bj.tl.embed(ref, checkpoint=ckpt, device="cpu")
+    np.testing.assert_array_equal(a.obsm["X_biomjepa"], ref.obsm["X_biomjepa"])
+
+
+def test_bool_matrix_is_refused_by_embed_not_silently_used(tiny_checkpoint):
+    a = make(HUMAN * 3 + [f"G{i}" for i in range(3)])
+    a.var_names_make_unique()
+    a.X = a.X.astype(bool)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # suffix/low-count warnings of the synthetic names
+        bj.pp.map_vocab(a)  # genes only: values are documented as not checked here
+    with pytest.raises(ValueError, match=r"boolean.*layer="):
+        bj.tl.embed(a, checkpoint=tiny_checkpoint)
+    assert "X_biomjepa" not in a.obsm and a.X.dtype == bool
+
+
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_bool_matrices_are_refused(fmt, ckpt):
+    X = np.random.default_rng(0).random((6, 30)) > 0.5
+    a = ad.AnnData(sparse.csr_matrix(X) if fmt == "csr" else X)
+    a.var_names = symbols(30)
+    bj.pp.map_vocab(a)
+    with pytest.raises(ValueError, match="boolean"):
+        bj.tl.embed(a, checkpoint=str(ckpt), device="cpu")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _inputs import _with_nan_groups
 
+import biomjepa as bj
 from biomjepa.data.vocab import Vocab
 from biomjepa.tl._max_token import max_token, max_token_shares, winner_fraction
 
@@ -107,3 +109,13 @@ def test_lognorm_and_raw_inputs_give_the_winners_of_the_counts(mapped, tiny_chec
     got = max_token(b, checkpoint=tiny_checkpoint, use_raw=True, copy=True)
     assert got.obs["max_token_gene"].tolist() == want.tolist()
     assert got.uns["max_token"]["params"]["layer"] == "raw.X"
+
+
+# --------------------------------------------------------------------------- NaN labels
+def test_max_token_drops_nan_labels_with_a_warning(mapped, tiny_checkpoint):
+    _with_nan_groups(mapped)
+    with pytest.warns(UserWarning, match=r"Dropping 5 of 60 cells without a label in obs\['group'\]"):
+        bj.tl.max_token(mapped, groupby="group", checkpoint=tiny_checkpoint)
+    A = mapped.uns["max_token"]["winner_fraction"]
+    assert "nan" not in A.index and set(A.index) == {"a", "b", "c"}
+    assert mapped.obs["max_token_gene"].notna().all()  # every cell still gets its winner

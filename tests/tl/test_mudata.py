@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import biomjepa as bj
+from biomjepa.data.vocab import Vocab
 
 mudata = pytest.importorskip("mudata")
 
@@ -175,3 +176,19 @@ def test_muon_wnn_on_biomjepa_and_protein(counts_adata, tiny_checkpoint):
     from sklearn.metrics import adjusted_rand_score
 
     assert adjusted_rand_score(counts_adata.obs["group"], md.obs["leiden_wnn"]) > 0.5
+
+
+# --------------------------------------------------------------------------- a modality without map_vocab
+@pytest.mark.filterwarnings("ignore:Programme genes not in the vocabulary")
+@pytest.mark.filterwarnings("ignore:Cannot join columns")
+def test_mudata_names_the_modality_without_map_vocab(counts_adata, tiny_checkpoint):
+    mudata = pytest.importorskip("mudata")
+    rna = counts_adata.copy()
+    genes = rna.copy()
+    genes.var["biomjepa_token"] = Vocab.default().index_of(genes.var_names)
+    md = mudata.MuData({"rna": rna, "genes": genes})
+    prog = {"p": list(counts_adata.var_names[:3])}
+    with pytest.raises(KeyError, match=r"modality 'rna'.*map_vocab\(mdata, mod='rna'\).*\['genes'\]"):
+        bj.tl.ablate_programme(md, prog, checkpoint=tiny_checkpoint, n_cells=4)
+    bj.tl.ablate_programme(md, prog, checkpoint=tiny_checkpoint, n_cells=4, mod="genes")
+    assert "ablation" in md.mod["genes"].uns

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import biomjepa as bj
 from biomjepa.tl._perturb import parse_perturbations, perturbation_arithmetic, random_pairs
 
 D = 8
@@ -93,4 +94,39 @@ def test_bad_inputs_leave_adata_unchanged():
         perturbation_arithmetic(few, use_rep="X_rep", min_cells=3)
     with pytest.raises(ValueError, match="control"):
         perturbation_arithmetic(a[a.obs["perturbation"] != "control"].copy(), use_rep="X_rep")
+    assert "perturbation_arithmetic" not in a.uns
+
+
+# ---------------------------------------------------------------- NaN labels and non-finite representations
+@pytest.mark.filterwarnings("ignore:.*no measured target gene")
+@pytest.mark.filterwarnings("ignore:.*Wilcoxon test needs")
+def test_perturbation_arithmetic_drops_nan_labels():
+    singles = ["A", "B", "C", "E"]
+    basis = {g: np.eye(6)[i] for i, g in enumerate(singles)}
+    shifts = {"control": np.zeros(6), **basis, "A+B": basis["A"] + basis["B"]}
+    labels = np.repeat(list(shifts), 4).astype(object)
+    X = np.stack([shifts[lab] for lab in labels]) + 1.0
+    labels = np.concatenate([labels, [np.nan] * 3])
+    X = np.concatenate([X, np.full((3, 6), 50.0)])  # far-away unlabelled cells must not be a condition
+    a = ad.AnnData(np.ones((len(labels), 2), np.float32))
+    a.var_names = ["x", "y"]
+    a.obs["perturbation"] = labels
+    a.obsm["X_rep"] = X
+    with pytest.warns(UserWarning, match=r"Dropping 3 of 27 cells without a label in obs\['perturbation'\]"):
+        bj.tl.perturbation_arithmetic(a, use_rep="X_rep", n_random=5)
+    t = a.uns["perturbation_arithmetic"]["table"]
+    assert list(t["double"]) == ["A+B"] and "nan" not in a.uns["perturbation_arithmetic"]["params"]["covariate"]
+    np.testing.assert_allclose(t["observed"], 1.0)
+
+
+def test_perturbation_arithmetic_refuses_non_finite_representations():
+    labels = ["control"] * 8 + [g for g in ("A", "B", "C", "D", "A+B", "C+D") for _ in range(4)]
+    a = ad.AnnData(np.zeros((len(labels), 4), dtype=np.float32))
+    a.obs["perturbation"] = pd.Categorical(labels)
+    a.obsm["X_rep"] = np.random.default_rng(1).normal(size=(len(labels), 6))
+    with pytest.warns(UserWarning, match="no measured target gene"):
+        bj.tl.perturbation_arithmetic(a, use_rep="X_rep", n_random=5, copy=True)  # finite: fine
+    a.obsm["X_rep"][10, 2] = np.nan
+    with pytest.raises(ValueError, match=r"finite.*1 row\(s\).*\[10\]"):
+        bj.tl.perturbation_arithmetic(a, use_rep="X_rep", n_random=5)
     assert "perturbation_arithmetic" not in a.uns

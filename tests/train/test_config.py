@@ -1,6 +1,7 @@
 import pytest
 import yaml
 
+import biomjepa as bj
 from biomjepa.train import TrainConfig, load_config, preset
 
 
@@ -91,3 +92,36 @@ def test_overrides_by_section_and_their_errors():
             load_config("tiny", [bad])
     with pytest.raises(ValueError, match=r"section 'optim' holds"):
         TrainConfig.from_dict({"optim": {"steps": 3}})
+
+
+# ----------------------------------------------------------- --set values and YAML values of the wrong type
+@pytest.mark.parametrize(("item", "message"), [
+    ("batch_size=2.9", r"override batch_size=2.9 \(float\): expected an integer"),
+    ("steps=abc", r"override steps='abc' \(str\): expected an integer"),
+    ("lr=fast", r"override lr='fast' \(str\): expected a number"),
+    ("tensorboard=maybe", r"override tensorboard='maybe' \(str\): expected a boolean: true/false, yes/no or 1/0"),
+    ("seed=true", r"override seed=True \(bool\): expected an integer"),
+    ("random_ratio=[0.1]", r"random_ratio=\[0.1\] \(list\): expected a list of 2 numbers"),
+    ("model_overrides=3", r"model_overrides=3 \(int\): expected a mapping"),
+    ("max_genes=2048", r"'max_genes' was removed"),
+])
+def test_bad_set_values_name_key_value_and_type(item, message):
+    with pytest.raises(ValueError, match=message):
+        bj.train.load_config("tiny", [item])
+
+
+def test_good_set_values_still_parse():
+    cfg = bj.train.load_config("tiny", ["steps=1e3", "batch_size=4.0", "bf16=yes", "tensorboard=0", "lr=3e-4"])
+    assert (cfg.steps, cfg.batch_size, cfg.bf16, cfg.tensorboard, cfg.lr) == (1000, 4, True, False, 3e-4)
+
+
+def test_yaml_values_of_the_wrong_type_name_file_and_key(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("preset: tiny\nbatch_size: 2.7\n")
+    with pytest.raises(ValueError, match=rf"{p}: batch_size=2.7 \(float\): expected an integer"):
+        bj.train.TrainConfig.from_yaml(p)
+    p.write_text("preset: tiny\nmax_genes: 1000\n")
+    with pytest.raises(ValueError, match="max_genes' was removed"):
+        bj.train.TrainConfig.from_yaml(p)
+    # states saved before the key was removed hold max_genes: null, and still load
+    assert bj.train.TrainConfig.from_dict({"preset": "tiny", "max_genes": None}) == bj.train.preset("tiny")

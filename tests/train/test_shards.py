@@ -167,3 +167,19 @@ def test_manifest_and_shards_never_follow_a_planted_symlink(tmp_path):
     corpus = Corpus(prepare_corpus([{"path": str(tmp_path / "a.h5ad"), "layer": "counts"}], cache))
     assert outside.read_text() == "precious"
     assert corpus.n_cells == 30 and not (cache / "shard_00000.npz").is_symlink()
+
+
+# --------------------------------------------------------------------------- input files that are not h5ad
+def test_corpus_preparation_names_a_file_that_is_not_h5ad(tmp_path):
+    from biomjepa.data.shards import prepare_corpus
+
+    csv = tmp_path / "counts.csv"
+    csv.write_text("gene,cell1\nINS,3\n")
+    with pytest.raises(ValueError, match=r"counts\.csv is not an \.h5ad file"):
+        prepare_corpus(str(csv), tmp_path / "cache")
+    fake = tmp_path / "fake.h5ad"
+    fake.write_text("not hdf5 at all")
+    with pytest.raises(ValueError, match=r"fake\.h5ad is named \.h5ad but is not an HDF5 file"):
+        prepare_corpus([str(fake)], tmp_path / "cache")
+    with pytest.raises(FileNotFoundError, match=r"missing\.h5ad does not exist"):
+        prepare_corpus(str(tmp_path / "missing.h5ad"), tmp_path / "cache")

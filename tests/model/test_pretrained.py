@@ -1,0 +1,111 @@
+"""Resolving a checkpoint (``biomjepa._pretrained``): registry and URL pins cover every file, pins are
+checked before any path is made, download errors name the URL, the cache directory, the cached model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from _inputs import edit_model_config, make_mapped, raises_unchanged
+
+import biomjepa as bj
+from biomjepa import _pretrained
+from biomjepa.model import CONFIG, MANIFEST, WEIGHTS, CheckpointError, checkpoint_sha256
+
+
+def test_upper_case_pin_is_accepted(tiny_checkpoint):
+    digest = checkpoint_sha256(tiny_checkpoint)
+    path, _ = _pretrained.resolve_checkpoint(tiny_checkpoint, sha256=digest.upper())
+    assert path == Path(tiny_checkpoint)
+
+
+def test_upper_case_pin_downloads(http_root, tiny_checkpoint):
+    root, base = http_root
+    shutil.copytree(tiny_checkpoint, root / "ck")
+    digest = checkpoint_sha256(tiny_checkpoint)
+    path, _ = _pretrained.resolve_checkpoint(f"{base}/ck#sha256={digest.upper()}")
+    assert checkpoint_sha256(path) == digest
+
+
+@pytest.mark.parametrize("pin", ["../../../../tmp/evil", "abc", "g" * 64, " " * 3])
+def test_non_hex_pin_is_refused_before_any_path_is_made(tmp_path, monkeypatch, pin):
+    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache")
+    with pytest.raises(ValueError, match="is not a sha256 digest"):
+        _pretrained.resolve_checkpoint(f"http://127.0.0.1:9/x#sha256={pin}")
+    assert not (tmp_path / "cache").exists() and not list(tmp_path.rglob("config.json"))
+
+
+def test_unreachable_url_names_it_and_the_manual_route(tmp_path, monkeypatch):
+    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache")
+    with pytest.raises(OSError, match=r"Could not download http://127\.0\.0\.1:9/ck/SHA256SUMS.*checkpoint="):
+        _pretrained.resolve_checkpoint("http://127.0.0.1:9/ck#sha256=" + "a" * 64)
+
+
+def test_404_names_the_url(http_root):
+    _, base = http_root
+    with pytest.raises(FileNotFoundError, match=rf"{base}/nothing/config.json does not exist \(HTTP 404\).*checkpoint="):
+        _pretrained.resolve_checkpoint(f"{base}/nothing#sha256=" + "a" * 64)
+
+
+def test_registry_entry_pins_every_file(ckpt, tmp_path, monkeypatch):
+    bundled = shutil.copytree(ckpt, tmp_path / "pkg" / "_models" / "m")
+    monkeypatch.setattr(_pretrained, "_bundled_dir", lambda rel: tmp_path / "pkg" / rel)
+    entry = {"path": "_models/m", "version": "9", "checkpoint_sha256": checkpoint_sha256(ckpt)}
+    monkeypatch.setitem(_pretrained.REGISTRY, "pinned", entry)
+    assert bj.load_model("pinned").info["checkpoint_sha256"] == entry["checkpoint_sha256"]
+    edit_model_config(bundled, n_heads=4)  # weights untouched: a weights-only pin would not notice
+    bj.model.write_manifest(bundled, [CONFIG, WEIGHTS])  # a consistent, but different, checkpoint
+    with pytest.raises(ValueError, match="does not match its registry checkpoint_sha256"):
+        _pretrained.resolve_checkpoint("pinned")
+    (bundled / MANIFEST).unlink()  # removing the manifest does not make it a weights-only pin
+    with pytest.raises(ValueError, match="does not match its registry checkpoint_sha256"):
+        _pretrained.resolve_checkpoint("pinned")
+
+
+def test_url_pin_covers_config_json(ckpt, http_root):
+    root, url = http_root
+    served = shutil.copytree(ckpt, root / "c")
+    pin = checkpoint_sha256(ckpt)
+    edit_model_config(served, attn_eps=1e-2)
+    with pytest.raises(CheckpointError, match=r"config\.json is corrupted"):
+        _pretrained.resolve_checkpoint(f"{url}/c#sha256={pin}")
+    (served / MANIFEST).unlink()  # a server without the manifest: it is computed from the downloads
+    with pytest.raises(ValueError, match=f"expected {pin}"):
+        _pretrained.resolve_checkpoint(f"{url}/c#sha256={pin}")
+    shutil.copy(ckpt / CONFIG, served / CONFIG)
+    path, _ = _pretrained.resolve_checkpoint(f"{url}/c#sha256={pin.upper()}")
+    assert checkpoint_sha256(path) == pin
+
+
+def test_weights_only_pin_is_explained(ckpt, http_root):
+    root, url = http_root
+    shutil.copytree(ckpt, root / "c")
+    weights = json.loads((ckpt / CONFIG).read_text())["weights_sha256"]
+    with pytest.raises(ValueError, match=f"pins only model.safetensors.*{checkpoint_sha256(ckpt)}"):
+        _pretrained.resolve_checkpoint(f"{url}/c#sha256={weights}")
+    with pytest.raises(ValueError, match="not a sha256 digest"):
+        _pretrained.resolve_checkpoint(f"{url}/c#sha256=../../{'0' * 58}")
+
+
+def test_non_writable_cache_dir(monkeypatch, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    monkeypatch.setattr(bj.settings, "cachedir", blocker / "cache")
+    url = "http://127.0.0.1:9/ckpt#sha256=" + "0" * 64  # never contacted: the cache fails first
+    raises_unchanged(make_mapped(), PermissionError, r"Cannot create the cache directory.*bj\.settings\.cachedir",
+                     bj.tl.embed, checkpoint=url, device="cpu")
+
+
+def test_moving_a_loaded_model_does_not_move_the_cached_one(ckpt):
+    first = bj.load_model(str(ckpt))
+    reference = first.encoder.gene_embedding.weight.detach().clone()
+    first.to("meta").train()  # what a caller's `.to("cuda")` does, on any machine
+    again = bj.load_model(str(ckpt))
+    assert again.encoder.gene_embedding.weight.device.type == "cpu" and not again.training
+    assert torch.equal(again.encoder.gene_embedding.weight, reference)
+    if torch.cuda.is_available():
+        bj.load_model(str(ckpt)).to("cuda")
+        assert bj.load_model(str(ckpt)).encoder.gene_embedding.weight.device.type == "cpu"
