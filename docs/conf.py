@@ -133,7 +133,7 @@ def _escape_abs_bars(app, what, name, obj, options, lines: list[str]) -> None:
 
     Only the modules listed here are treated; elsewhere the docstrings quote them as literals.
     """
-    if not name.startswith(("biomjepa.train.", "biomjepa.nn.encoder")):
+    if not name.startswith(("biomjepa.train.", "biomjepa.data.graph.", "biomjepa.nn.encoder")):
         return
     for k, line in enumerate(lines):
         parts = line.split("``")
