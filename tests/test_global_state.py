@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # fresh interpreters with the scanpy stack: minutes on two busy cores
+
 SCRIPT = r"""
 import hashlib, json, logging, sys, warnings
 

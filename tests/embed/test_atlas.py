@@ -94,6 +94,7 @@ def test_resume_refuses_a_different_command(reference, atlas_inputs, tiny_checkp
         _run(atlas_inputs[:1], store, tiny_checkpoint)
 
 
+@pytest.mark.slow
 def test_write_obsm(atlas_inputs, tiny_checkpoint, reference, tmp_path):
     """Also issue 24: the copy was `.IN.h5ad.<pid>.tmp.h5ad`; a symlink planted under that name redirected it."""
     import os
@@ -195,6 +196,7 @@ def test_damaged_block_is_refused_on_read_and_repaired_by_a_rerun(reference, atl
     assert _run(atlas_inputs, store, tiny_checkpoint)["repaired"] == []
 
 
+@pytest.mark.slow
 def test_the_command_says_it_repaired(reference, atlas_inputs, tiny_checkpoint, tmp_path, atlas_cli):
     import shutil
 
@@ -233,6 +235,7 @@ def test_read_atlas_names_a_missing_or_foreign_store(tmp_path):
         read_atlas(tmp_path / "damaged.zarr")
 
 
+@pytest.mark.slow
 def test_an_input_changed_during_the_run_leaves_the_store_incomplete(atlas_inputs, tiny_checkpoint, tmp_path,
                                                                      monkeypatch):
     import os

@@ -90,6 +90,7 @@ def test_bundled_model_sees_identity_not_depth(embedded):
     assert depth <= 0.46, depth
 
 
+@pytest.mark.slow
 def test_full_length_cells_embed_the_same_whatever_the_batch_size(monkeypatch):
     """Real full-length cells (966–3,164 genes) take the streamed CPU path, whose token chunks
     depend on the batch size. The embedding must equal the whole-length path's (up to float

@@ -9,6 +9,7 @@ from _kit import tiny_config
 
 
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not installed")
+@pytest.mark.slow
 def test_two_rank_gloo(tmp_path):
     cfg = tiny_config(tmp_path, steps=3, log_cell_ids=True, run_name="ddp", checkpoint_every=100)
     path = tmp_path / "ddp.yaml"

@@ -38,6 +38,7 @@ def held_by_another_process(tmp_path):
     child.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_second_process_cannot_train_into_a_locked_run_directory(tmp_path, held_by_another_process):
     run_dir, pid = held_by_another_process
     with pytest.raises(RunDirectoryBusy, match=f"in use by another training process \\(pid {pid} "):
@@ -45,6 +46,7 @@ def test_a_second_process_cannot_train_into_a_locked_run_directory(tmp_path, hel
     assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]  # nothing read or written there
 
 
+@pytest.mark.slow
 def test_the_lock_dies_with_its_process(tmp_path):
     """A killed run leaves no stale lock: the kernel releases it."""
     run_dir = tmp_path / "runs" / "killed"
@@ -59,6 +61,7 @@ def test_the_lock_dies_with_its_process(tmp_path):
     unlock_run_dir(run_dir)
 
 
+@pytest.mark.slow
 def test_lock_is_free_after_a_run_and_temporary_names_are_per_process(tmp_path):
     run_dir = pretrain(tiny_config(tmp_path, run_name="free", steps=2))
     code = f"from biomjepa.train.runlock import lock_run_dir; lock_run_dir({str(run_dir)!r})"

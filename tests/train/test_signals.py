@@ -24,6 +24,7 @@ def _rows(path) -> int:
     return max(0, len(path.read_text().splitlines()) - 1) if path.is_file() else 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_ends_the_run_with_a_state_that_resumes(tmp_path, sig):
     cfg = tiny_config(tmp_path, run_name="sig", steps=100_000, checkpoint_every=100_000)
