@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import sparse
 
+from biomjepa.data.graph import GeneGraph, NeighbourTable, build_graph
 from biomjepa.train.audit import format_audit, target_visibility_audit, tune_min_context, wilson_interval
 from biomjepa.train.blocks import (
     BlockConfig,
@@ -16,7 +17,6 @@ from biomjepa.train.blocks import (
     sample_blocks,
     scale_block_sizes,
 )
-from biomjepa.data.graph import GeneGraph, NeighbourTable, build_graph
 
 V = 300
 ISLAND = np.arange(290, 300)  # a separate 10-gene component
