@@ -24,7 +24,7 @@ ARCHIVE_LIMIT = 16 * 2**20
 
 def step_h(s) -> None:
     """Time-boxed pretraining of the default recipe (or --resume-from), exported with its probe.csv."""
-    import yaml
+    from biomjepa.train import TrainConfig
 
     deadline = time.monotonic() + 60 * s.args.minutes
     runs = s.work / "runs"
@@ -33,7 +33,7 @@ def step_h(s) -> None:
     else:
         config, name, start = Path(s.args.recipe), f"gpu-suite-{Path(s.args.recipe).stem}", 0
         shutil.rmtree(runs / name, ignore_errors=True)
-    recipe = yaml.safe_load(Path(config).read_text())
+    recipe = TrainConfig.from_yaml(config).flat()  # by section (or flat keys, from before the sections)
     batch = s.args.batch or largest_batch(s)
     step_s = _estimate_step_s(s, batch)
     first = start + s.pick(2, 50)
@@ -142,14 +142,15 @@ def _estimate_step_s(s, batch: int) -> float | None:
 def _logged_step_s(run: Path, from_step: int) -> float | None:
     """Median seconds per optimizer step in the loop's ``log.csv`` from ``from_step`` on (cells / cells per s)."""
     import pandas as pd
-    import yaml
 
     if not (run / "log.csv").is_file():
         return None
     df = pd.read_csv(run / "log.csv")
     df = df[df["step"] >= from_step]
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
-    cells = int(cfg["batch_size"]) * int(cfg.get("accumulation", 1))
+    from biomjepa.train import TrainConfig
+
+    data = TrainConfig.from_yaml(run / "config.yaml").data  # by section (or flat, written before the sections)
+    cells = data.batch_size * data.accumulation
     return float((cells / df["cells_per_s"]).median()) if len(df) else None
 
 

@@ -32,7 +32,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "train"))
 
 #: The keys of a run config that set the cost of a step (everything else is taken from ``--preset``).
-RECIPE_KEYS = ("preset", "model", "model_overrides", "batch_size", "accumulation", "teacher_genes", "context_genes",
+RECIPE_KEYS = ("model", "model_overrides", "batch_size", "accumulation", "teacher_genes", "context_genes",
                "n_targets", "pred_layers", "pred_heads", "pred_width", "objective", "target_centre", "cell_centre")
 
 
@@ -46,8 +46,20 @@ def recipe_overrides(spec: str) -> tuple[str, dict]:
     name, _, path = spec.partition("=")
     if not path:
         return name, {}
-    d = yaml.safe_load(Path(path).read_text()) or {}
-    return name, {k: d[k] for k in RECIPE_KEYS if k in d}
+    from biomjepa.train import TrainConfig
+
+    written = yaml.safe_load(Path(path).read_text()) or {}
+    flat = TrainConfig.from_yaml(path).flat()  # the recipe with its preset applied, sections or flat keys alike
+    # a recipe with a preset takes all its step-cost keys from it; one without, only those it sets
+    return name, {k: flat[k] for k in RECIPE_KEYS if written.get("preset") or _sets(written, k)}
+
+
+def _sets(written: dict, key: str) -> bool:
+    """Whether a YAML mapping (by section or flat) sets the flat key ``key``."""
+    from biomjepa.train.sections import FLAT
+
+    section, name = FLAT[key]
+    return key in written or name in (written.get(section) if isinstance(written.get(section), dict) else {})
 
 
 def make_corpus(tmp: Path, n: int, genes: int, universe: int, V: int) -> str:
@@ -69,19 +81,18 @@ def measure(name: str, over: dict, args, tmp: Path, graph: str, universe: int) -
     from _common import gemm_gflops, peak_memory_mib, reset_peak_memory
     from torch.utils.flop_counter import FlopCounterMode
 
-    from biomjepa.train import TrainConfig
+    from biomjepa.train import preset
     from biomjepa.train.distributed import init_distributed
     from biomjepa.train.loop import Trainer
 
-    over = {"preset": args.preset, "batch_size": args.batch, "accumulation": 1, **over}
+    over = {"batch_size": args.batch, "accumulation": 1, **over}
     cells = over["batch_size"] * over["accumulation"]
     corpus = make_corpus(tmp / name, cells * (args.steps + 2), args.genes, universe, _kit.V)
-    cfg = TrainConfig.from_dict({
-        **over, "corpus": [corpus], "cache_dir": str(tmp / name / "c"), "graph": graph,
-        "out_dir": str(tmp / name / "r"), "steps": args.steps + 2, "min_block": int(0.1 * universe),
-        "max_block": int(0.4 * universe), "min_context": 64, "progress": False, "tensorboard": False,
-        "checkpoint_every": 10**9, "gene_init": "random", "probe": None})
-    tr = Trainer(cfg, init_distributed(cfg.device))
+    cfg = preset(args.preset).replace(
+        **over, corpus=[corpus], cache_dir=str(tmp / name / "c"), graph=graph, out_dir=str(tmp / name / "r"),
+        steps=args.steps + 2, min_block=int(0.1 * universe), max_block=int(0.4 * universe), min_context=64,
+        progress=False, tensorboard=False, checkpoint_every=10**9, gene_init="random", probe=None)
+    tr = Trainer(cfg, init_distributed(cfg.loop.device))
     data = tr.batches()
 
     def step() -> tuple[dict, float]:
@@ -102,11 +113,11 @@ def measure(name: str, over: dict, args, tmp: Path, graph: str, universe: int) -
     tokens = float(np.mean([_step_tokens(r) for r, _ in timed]))
     mc = cfg.model_config()
     gflops = flops_per_token * tokens / dt / 1e9
-    gemm = gemm_gflops(cfg.batch_size * args.genes, mc.d_model, mc.d_ff, device=str(tr.info.device))
+    gemm = gemm_gflops(cfg.data.batch_size * args.genes, mc.d_model, mc.d_ff, device=str(tr.info.device))
     return {
         "recipe": name, "preset": args.preset, "device": str(tr.info.device), "threads": torch.get_num_threads(),
-        "batch_size": cfg.batch_size, "accumulation": cfg.accumulation, "teacher_genes": cfg.teacher_genes,
-        "context_genes": cfg.context_genes, "genes_per_cell": args.genes, "timed_steps": args.steps, "step_s": dt,
+        "batch_size": cfg.data.batch_size, "accumulation": cfg.data.accumulation,
+        "teacher_genes": cfg.data.teacher_genes, "context_genes": cfg.data.context_genes, "genes_per_cell": args.genes, "timed_steps": args.steps, "step_s": dt,
         "cells_per_s": cells / dt, "tokens_per_cell": tokens / cells, "tokens_per_s": tokens / dt,
         "flops_per_token": flops_per_token, "gflops_per_cell": flops_per_token * tokens / cells / 1e9,
         "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,

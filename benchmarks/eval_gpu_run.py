@@ -48,8 +48,9 @@ def validation(ckpt: Path, run: Path, probe_cells: int | None) -> tuple[pd.DataF
     from biomjepa.train.config import TrainConfig
 
     cfg = TrainConfig.from_yaml(run / "config.yaml")
-    probe = load_probe(str(REPO / cfg.probe), obs=str(REPO / cfg.probe_obs) if cfg.probe_obs else None,
-                       label_key=cfg.probe_label_key, max_cells=probe_cells or cfg.probe_cells, seed=cfg.seed)
+    pc = cfg.probe
+    probe = load_probe(str(REPO / pc.path), obs=str(REPO / pc.obs) if pc.obs else None,
+                       label_key=pc.label_key, max_cells=probe_cells or pc.cells, seed=cfg.run.seed)
     step = int(pd.read_csv(run / "log.csv")["step"].max()) + 1
     mine = pd.DataFrame(probe_scores(bj.load_model(str(ckpt)).encoder, probe, step)).assign(model="returned")
     default = bj.load_model()

@@ -43,9 +43,9 @@ PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 
 def recipe_files(recipe: Path) -> list[str]:
     """The recipe's corpus and probe paths, as written in it (relative to the repository root)."""
-    import yaml
+    from biomjepa.train import TrainConfig
 
-    cfg = yaml.safe_load(recipe.read_text())
+    cfg = TrainConfig.from_yaml(recipe).flat()  # a recipe by section (or flat, from before the sections)
     paths = [c["path"] if isinstance(c, dict) else c for c in cfg["corpus"]]
     return sorted(set(paths + ([cfg["probe"]] if cfg.get("probe") else [])))
 

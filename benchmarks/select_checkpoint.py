@@ -29,7 +29,7 @@ def score_missing(run: Path, have: set[int]) -> list[dict]:
     from biomjepa.train.config import TrainConfig
 
     cfg = TrainConfig.from_yaml(run / "config.yaml")
-    if cfg.probe is None:
+    if cfg.probe.path is None:
         raise SystemExit(f"{run}/config.yaml sets no `probe`; nothing to select on.")
     probe = None
     rows = []
@@ -37,8 +37,8 @@ def score_missing(run: Path, have: set[int]) -> list[dict]:
         step = int(re.findall(r"\d+", path.stem)[0])
         if step in have:
             continue
-        probe = probe or load_probe(cfg.probe, obs=cfg.probe_obs, label_key=cfg.probe_label_key,
-                                    max_cells=cfg.probe_cells, seed=cfg.seed)
+        probe = probe or load_probe(cfg.probe.path, obs=cfg.probe.obs, label_key=cfg.probe.label_key,
+                                    max_cells=cfg.probe.cells, seed=cfg.run.seed)
         state = load_state(path)
         enc = Encoder(ModelConfig.from_dict(state["model_config"]))
         enc.load_state_dict(state["teacher"])
