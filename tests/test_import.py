@@ -21,3 +21,16 @@ def test_lazy_submodules():
     code = "import sys, biomjepa as bj; bj.train; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_lower_layers_are_reachable_as_attributes():
+    """Downstream code writes ``biomjepa.data.vocab.Vocab`` after ``import biomjepa``: the lazy package and its
+    data layer load what is named on first use (and nothing of the AnnData tools before)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, biomjepa; v = biomjepa.data.vocab.Vocab.default(); assert v.size == 19264; "
+            "assert 'biomjepa.pp' not in sys.modules and 'biomjepa.tl' not in sys.modules; "
+            "assert biomjepa.data.graph.GeneGraph and biomjepa.nn.inference.map_cells; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

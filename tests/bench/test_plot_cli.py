@@ -43,3 +43,23 @@ def test_cli(blobs, tmp_path):
     paths = args.func(args)
     for p in paths.values():
         assert p.exists() and p.stat().st_size > 0
+
+
+def test_cli_hvg_baseline_and_batch_key(blobs, tmp_path):
+    """``--baselines hvg --batch-key KEY`` scores the HVG baseline and adds the integration task."""
+    import numpy as np
+    import pandas as pd
+
+    from biomjepa.cli.bench import add_bench_parser
+
+    path = tmp_path / "toy.h5ad"
+    blobs.obs["batch"] = np.where(np.arange(blobs.n_obs) % 2 == 0, "a", "b")
+    blobs.write_h5ad(path)
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", str(path), "--label-key", "cell_type", "--use-rep", "X_emb", "--baselines", "hvg",
+                              "--layer", "counts", "--batch-key", "batch", "--tasks", "clustering", "--seeds", "42",
+                              "--out", str(tmp_path / "o")])
+    df = pd.read_csv(args.func(args)["csv"])
+    assert {"X_emb", "X_hvg"} <= set(df["rep"]) and {"clustering", "integration"} == set(df["task"])
+    assert {"cross_batch_share_within_label", "label_asw"} <= set(df.loc[df["task"] == "integration", "metric"])

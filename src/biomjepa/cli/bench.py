@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .types import existing_file
 
-TASKS = ("annotation", "clustering", "reconstruction", "perturbation", "geometry")
+TASKS = ("annotation", "clustering", "reconstruction", "perturbation", "geometry", "integration")
 
 
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
@@ -24,9 +24,12 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--label-key", default=None, help="obs column with cell-type labels (needed by annotation, clustering)")
     b.add_argument("--use-rep", action="append", default=None, metavar="KEY",
                    help="obsm key to score (repeatable; default: X_biomjepa unless only --baselines are given)")
-    b.add_argument("--baselines", nargs="*", default=[], choices=["pca", "umap"],
+    b.add_argument("--baselines", nargs="*", default=[], choices=["pca", "umap", "hvg", "scvi"],
                    help="baselines computed from the raw counts and scored too: pca (PCA-50 of log-normalized HVGs), "
-                   "umap (2-D UMAP of that PCA)")
+                   "umap (2-D UMAP of that PCA), hvg (the log-normalized 2,000 HVGs), scvi (scVI on their counts; "
+                   "needs biomjepa[scvi])")
+    b.add_argument("--batch-key", default=None,
+                   help="obs column of batches: adds the integration task and is scVI's batch (default: none)")
     b.add_argument("--tasks", default="annotation,clustering,geometry",
                    help=f"comma-separated subset of {','.join(TASKS)} (default: annotation,clustering,geometry)")
     b.add_argument("--layer", default=None, help="layer with raw counts for baselines and reconstruction (default: X)")
@@ -55,8 +58,10 @@ def run_bench(args: argparse.Namespace) -> dict[str, Path]:
     adata = ad.read_h5ad(args.input)
     reps = args.use_rep or ([] if args.baselines else ["X_biomjepa"])
     kw = {"perturbation": {"perturbation_key": args.perturbation_key}}
+    if args.batch_key and "integration" not in tasks:
+        tasks.append("integration")
     df = run(adata, label_key=args.label_key, tasks=tasks, use_reps=reps, baselines=args.baselines or None,
-             layer=args.layer, seeds=args.seeds, task_kwargs=kw)
+             layer=args.layer, seeds=args.seeds, task_kwargs=kw, batch_key=args.batch_key)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"csv": out / "bench.csv", "summary": out / "bench_summary.csv", "png": out / "bench.png"}
