@@ -142,8 +142,12 @@ FRAGMENTS: dict[str, str] = _fragments(
             Further arguments of :func:`biomjepa.bench.add_baselines`, e.g. ``{"scvi_max_epochs": 50}``.
         """,
     layer_baselines="""
-        layer
-            Layer with raw counts for the baselines (None: X).
+        layer, use_raw, input, library_size_key
+            Where the counts for the baselines (and count-based metrics) are and what they hold, as for
+            :func:`biomjepa.tl.embed`: ``layer`` (None: X) or ``use_raw=True`` (``adata.raw``);
+            ``input="counts"`` (checked raw counts) or ``"lognorm"`` (``log1p(normalize_total)`` values, taken
+            as such through the counts they came from; ``library_size_key``: ``obs`` column of total counts,
+            else estimated). Values that are neither are refused.
         """,
     y_true="""
         y

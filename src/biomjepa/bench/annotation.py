@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
@@ -99,6 +99,9 @@ def annotation(
     C: float = 1.0,
     baselines: Sequence[str] | None = None,
     layer: str | None = None,
+    use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
 ) -> pd.DataFrame:
     """Few-shot cell-type annotation from frozen embeddings.
 
@@ -133,7 +136,8 @@ def annotation(
 
     shots, seeds = check_ints("shots", shots), check_ints("seeds", seeds, low=0)
     C = check_number("C", C, low=0, low_open=True)
-    reps = resolve_reps(adata, use_reps, baselines, layer)
+    reps = resolve_reps(adata, use_reps, baselines, layer, use_raw=use_raw, input=input,
+                        library_size_key=library_size_key)
     labels, valid = get_labels(adata, label_key)
     idx = np.flatnonzero(valid)
     labels = labels[idx]

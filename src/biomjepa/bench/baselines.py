@@ -11,11 +11,12 @@ import logging
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from ._utils import get_counts, get_rep
+from ._source import check_source, read_counts, source_kwargs
+from ._utils import get_rep
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -32,6 +33,9 @@ def add_baselines(
     baselines: Sequence[str] = ("pca",),
     *,
     layer: str | None = None,
+    use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
     n_comps: int = 50,
     n_top_genes: int = 2000,
     batch_key: str | None = None,
@@ -42,9 +46,11 @@ def add_baselines(
 ) -> list[str]:
     """Write baseline embeddings into ``adata.obsm`` (the only change ``bj.bench`` ever makes to ``adata``).
 
-    Every baseline starts from a copy of the raw counts in ``layers[layer]`` (or X) of all cells of
-    ``adata`` — the cells the model embedded — normalized to 10⁴ counts per cell, ``log1p``-transformed
-    and restricted to the ``n_top_genes`` highly variable genes (scanpy ``flavor="seurat"`` over all
+    Every baseline starts from a copy of the counts in ``layers[layer]``, ``X`` or ``adata.raw`` of all
+    cells of ``adata`` — the cells the model embedded — read as ``bj.tl.embed`` reads them (``input=``:
+    raw counts are checked, log-normalized values are taken as such, through the counts they came
+    from, and never normalized twice; anything else is refused), normalized to 10⁴ counts per cell,
+    ``log1p``-transformed and restricted to the ``n_top_genes`` highly variable genes (scanpy ``flavor="seurat"`` over all
     cells, genes with no count dropped first; all genes when fewer). From there:
 
     - ``"hvg"``: those log-normalized HVG values themselves, ``[N, n_top_genes]`` float32 (dense only
@@ -67,8 +73,10 @@ def add_baselines(
         AnnData with raw counts.
     baselines
         Subset of ``("pca", "umap", "hvg", "scvi")``.
-    layer
-        Layer holding raw counts (None: X).
+    layer, use_raw, input, library_size_key
+        Where the counts are and what they are, as for :func:`biomjepa.tl.embed`: ``layer`` (None: X),
+        ``use_raw=True`` for ``adata.raw``, ``input="lognorm"`` for ``log1p(normalize_total)`` values
+        (``library_size_key``: ``obs`` column of total counts, else estimated; only scVI's counts use it).
     n_comps
         Number of principal components (capped at ``min(n_obs, n_genes) - 1``).
     n_top_genes
@@ -94,13 +102,17 @@ def add_baselines(
     want = check_baselines(adata, baselines, batch_key=batch_key)
     from .._checks import check_int
 
+    src = source_kwargs(layer, use_raw, input, library_size_key)
+    check_source(adata, **src)
+
     n_comps, n_top_genes = check_int("n_comps", n_comps), check_int("n_top_genes", n_top_genes)
     scvi_max_epochs = check_int("scvi_max_epochs", scvi_max_epochs, none_ok=True)
     scvi_n_latent, random_state = check_int("scvi_n_latent", scvi_n_latent), check_int("random_state", random_state, low=0)
     todo = [b for b in want if overwrite or BASELINE_KEYS[b] not in adata.obsm]
     new: dict[str, np.ndarray] = {}
     if set(todo) - {"umap"}:
-        X_hvg, genes = lognorm_hvg(adata, layer=layer, n_top_genes=n_top_genes)
+        counts = read_counts(adata, **src)
+        X_hvg, genes = _lognorm_hvg(counts, adata.var_names, n_top_genes)
     if "hvg" in todo:
         new["hvg"] = np.asarray(X_hvg.toarray() if hasattr(X_hvg, "toarray") else X_hvg, dtype=np.float32)
     if "pca" in todo:
@@ -108,7 +120,7 @@ def add_baselines(
     if "umap" in todo:
         new["umap"] = _umap(new["pca"] if "pca" in new else adata.obsm[BASELINE_KEYS["pca"]], random_state)
     if "scvi" in todo:
-        new["scvi"] = _scvi(adata, layer, genes, batch_key, scvi_max_epochs, scvi_n_latent, random_state)
+        new["scvi"] = _scvi(adata, counts[:, genes], batch_key, scvi_max_epochs, scvi_n_latent, random_state)
     for b, Z in new.items():
         adata.obsm[BASELINE_KEYS[b]] = Z
     return [BASELINE_KEYS[b] for b in want]
@@ -144,8 +156,8 @@ def check_baselines(adata: AnnData, baselines: Sequence[str] | str, *, batch_key
     return list(dict.fromkeys(names))
 
 
-def resolve_reps(adata: AnnData, use_reps: Sequence[str] | str, baselines: Sequence[str] | None, layer: str | None,
-                 **baseline_kwargs) -> list[str]:
+def resolve_reps(adata: AnnData, use_reps: Sequence[str] | str, baselines: Sequence[str] | None,
+                 layer: str | None = None, **baseline_kwargs) -> list[str]:
     """Compute the requested baselines (:func:`add_baselines` with ``baseline_kwargs``); return the reps to score.
 
     ``use_reps`` keys come first, then the baseline keys not already among them. Every argument and every
@@ -166,21 +178,32 @@ def resolve_reps(adata: AnnData, use_reps: Sequence[str] | str, baselines: Seque
     return reps
 
 
-def lognorm_hvg(adata: AnnData, *, layer: str | None = None, n_top_genes: int = 2000):
+def lognorm_hvg(adata: AnnData, *, layer: str | None = None, use_raw: bool = False,
+                input: Literal["counts", "lognorm"] = "counts", library_size_key: str | None = None,
+                n_top_genes: int = 2000):
     """``log1p(normalize_total(counts, 1e4))`` of the highly variable genes and their column indices.
 
-    Genes without any count are dropped, then scanpy ``highly_variable_genes(flavor="seurat")`` picks
-    ``n_top_genes`` of the rest (all of them when fewer). Normalization uses every gene.
+    The counts are read as :func:`add_baselines` reads them (``layer``, ``use_raw``, ``input``,
+    ``library_size_key``). Genes without any count are dropped, then scanpy
+    ``highly_variable_genes(flavor="seurat")`` picks ``n_top_genes`` of the rest (all of them when
+    fewer). Normalization uses every gene.
 
     Returns
     -------
-    ``(X, genes)``: ``[N, g]`` float32 (CSR when the counts are sparse) and the ``[g]`` indices into ``adata.var``.
+    ``(X, genes)``: ``[N, g]`` float32 CSR and the ``[g]`` indices into ``adata.var`` (``adata.raw.var``
+    with ``use_raw``).
     """
+    src = source_kwargs(layer, use_raw, input, library_size_key)
+    names = adata.raw.var_names if use_raw and adata.raw is not None else adata.var_names
+    return _lognorm_hvg(read_counts(adata, **src), names, n_top_genes)
+
+
+def _lognorm_hvg(counts, var_names, n_top_genes: int):
     import anndata as ad
     import scanpy as sc
 
-    tmp = ad.AnnData(get_counts(adata, layer).astype(np.float32, copy=True))
-    tmp.var_names = adata.var_names.astype(str)
+    tmp = ad.AnnData(counts.astype(np.float32, copy=True))
+    tmp.var_names = var_names.astype(str)
     tmp.var_names_make_unique()
     sc.pp.normalize_total(tmp, target_sum=1e4)
     sc.pp.log1p(tmp)
@@ -225,16 +248,21 @@ class PCATransform:
 
 
 def fit_pca(
-    adata: AnnData, *, layer: str | None = None, n_comps: int = 50, n_top_genes: int = 2000, random_state: int = 0
+    adata: AnnData, *, layer: str | None = None, use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts", library_size_key: str | None = None,
+    n_comps: int = 50, n_top_genes: int = 2000, random_state: int = 0
 ) -> tuple[np.ndarray, PCATransform]:
     """Fit the ``"pca"`` baseline of :func:`add_baselines` without writing into ``adata``.
+
+    ``layer``, ``use_raw``, ``input`` and ``library_size_key`` say where the counts are, as there.
 
     Returns
     -------
     ``(Z, transform)``: the ``[N, k]`` float32 embedding written to ``obsm["X_pca50"]`` and the fitted
     :class:`PCATransform` (``transform.transform(counts)`` reproduces ``Z`` to float32 precision).
     """
-    X, genes = lognorm_hvg(adata, layer=layer, n_top_genes=n_top_genes)
+    X, genes = lognorm_hvg(adata, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key,
+                           n_top_genes=n_top_genes)
     return _pca(X, genes, n_comps, random_state)
 
 
@@ -251,16 +279,16 @@ def _pca(X, genes: np.ndarray, n_comps: int, random_state: int) -> tuple[np.ndar
     return np.asarray(tmp.obsm["X_pca"], dtype=np.float32), fitted
 
 
-def _scvi(adata: AnnData, layer: str | None, genes: np.ndarray, batch_key: str | None, max_epochs: int | None,
+def _scvi(adata: AnnData, counts, batch_key: str | None, max_epochs: int | None,
           n_latent: int, random_state: int) -> np.ndarray:
-    """scVI latent mean ``[N, n_latent]`` float32 of the raw counts of ``genes`` (see :func:`add_baselines`)."""
+    """scVI latent mean ``[N, n_latent]`` float32 of ``counts`` ``[N, g]`` (the HVGs; see :func:`add_baselines`)."""
     import anndata as ad
     import pandas as pd
     from scipy import sparse
 
     from .._settings import settings
 
-    counts = sparse.csr_matrix(get_counts(adata, layer)[:, genes], dtype=np.float32)
+    counts = sparse.csr_matrix(counts, dtype=np.float32)
     obs = pd.DataFrame(index=adata.obs_names.astype(str))
     if batch_key is not None:
         obs["batch"] = adata.obs[batch_key].astype(str).to_numpy()
@@ -278,7 +306,7 @@ def _scvi(adata: AnnData, layer: str | None, genes: np.ndarray, batch_key: str |
         model.train(max_epochs=max_epochs, accelerator=accelerator, devices=devices,
                     enable_progress_bar=settings.show_progress)
         Z = model.get_latent_representation()
-    logger.info("scVI baseline (%d latent, %s epochs) on %d genes", n_latent, max_epochs or "default", len(genes))
+    logger.info("scVI baseline (%d latent, %s epochs) on %d genes", n_latent, max_epochs or "default", counts.shape[1])
     return np.asarray(Z, dtype=np.float32)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
@@ -126,6 +126,9 @@ def clustering(
     asw_max_cells: int = 20_000,
     baselines: Sequence[str] | None = None,
     layer: str | None = None,
+    use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
 ) -> pd.DataFrame:
     """Cluster each embedding with k-means (k = number of true classes) and score the assignment.
 
@@ -155,7 +158,8 @@ def clustering(
     from .._checks import check_int, check_ints
 
     seeds, asw_max_cells = check_ints("seeds", seeds, low=0), check_int("asw_max_cells", asw_max_cells, low=2)
-    reps = resolve_reps(adata, use_reps, baselines, layer)
+    reps = resolve_reps(adata, use_reps, baselines, layer, use_raw=use_raw, input=input,
+                        library_size_key=library_size_key)
     labels, valid = get_labels(adata, label_key)
     idx = np.flatnonzero(valid)
     labels = labels[idx]

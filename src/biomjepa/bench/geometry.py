@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
 
 from .._docs import doc_params
-from ._utils import frame, get_counts, get_rep, progress, rows
+from ._source import read_counts, source_kwargs
+from ._utils import frame, get_rep, progress, rows
 from .baselines import resolve_reps
 
 if TYPE_CHECKING:
@@ -147,10 +148,11 @@ def _nanmean(values: list[float]) -> float:
     return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
 
 
-def _depth(adata: AnnData, layer: str | None) -> tuple[np.ndarray, np.ndarray]:
-    if layer is None and {"total_counts", "n_genes_by_counts"} <= set(adata.obs.columns):
+def _depth(adata: AnnData, src: dict) -> tuple[np.ndarray, np.ndarray]:
+    plain = src["layer"] is None and not src["use_raw"] and src["input"] == "counts"
+    if plain and {"total_counts", "n_genes_by_counts"} <= set(adata.obs.columns):
         return adata.obs["total_counts"].to_numpy(float), adata.obs["n_genes_by_counts"].to_numpy(float)
-    X = get_counts(adata, layer)
+    X = read_counts(adata, **src)
     total = np.asarray(X.sum(1)).ravel().astype(float)
     nnz = np.asarray((X > 0).sum(1)).ravel().astype(float)
     return total, nnz
@@ -162,12 +164,16 @@ def geometry(
     *,
     use_reps: Sequence[str] | str = ("X_biomjepa", "X_pca"),
     layer: str | None = None,
+    use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
     baselines: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Effective rank, participation ratio and sequencing-depth association of each embedding.
 
     Depth is taken from ``obs["total_counts"]`` and ``obs["n_genes_by_counts"]`` (scanpy QC names) when
-    ``layer`` is None and both exist, otherwise computed from the raw counts in ``layers[layer]`` (or X).
+    ``layer`` is None and both exist, otherwise computed from the counts in ``layers[layer]``, X or
+    ``adata.raw`` (``use_raw``), read as ``input`` says (``"lognorm"``: the counts the values came from).
 
     Parameters
     ----------
@@ -175,8 +181,7 @@ def geometry(
         AnnData with embeddings in ``obsm``. Not modified, except for the baseline keys written when
         ``baselines`` is given.
     {use_reps}
-    layer
-        Layer with raw counts (None: X, or the obs QC columns when present).
+    {layer_baselines}
     {baselines}
 
     Returns
@@ -186,8 +191,9 @@ def geometry(
     abs_r_axis_nnz, abs_r_norm_total, abs_r_norm_nnz, depth_mean, depth_nnz`` (``depth_nnz``: mean ``|r|`` of
     detected genes with the leading axis and the norm, the paper's two depth diagnostics).
     """
-    reps = resolve_reps(adata, use_reps, baselines, layer)
-    total, nnz = _depth(adata, layer)
+    reps = resolve_reps(adata, use_reps, baselines, layer, use_raw=use_raw, input=input,
+                        library_size_key=library_size_key)
+    total, nnz = _depth(adata, source_kwargs(layer, use_raw, input, library_size_key))
     records = []
     for r in progress(reps, desc="geometry"):
         Z = get_rep(adata, r)

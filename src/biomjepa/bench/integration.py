@@ -18,12 +18,13 @@ bio-conservation / batch-correction scores are added with ``scib=True`` or :func
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 
 from .._docs import doc_params
+from ._source import source_kwargs
 from ._utils import frame, get_labels, get_rep, progress, rows
 from .baselines import fit_pca, resolve_reps
 
@@ -91,6 +92,9 @@ def integration(
     max_cells: int = 20_000,
     baselines: Sequence[str] | None = None,
     layer: str | None = None,
+    use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
     scib: bool = False,
     baseline_kwargs: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
@@ -110,8 +114,9 @@ def integration(
         Neighbours per cell for the mixing share (15, as ``sc.pp.neighbors``' default).
     max_cells
         Silhouettes are computed on a seeded subsample of at most this many cells.
-    baselines, layer
+    baselines
         See :func:`biomjepa.bench.add_baselines`; ``"scvi"`` is trained with ``batch_key`` as its batch.
+    {layer_baselines}
     scib
         Also score with scib-metrics' ``Benchmarker`` (:func:`scib_scores`; needs ``label_key`` and
         ``pip install "biomjepa[scib]"``).
@@ -141,7 +146,8 @@ def integration(
     if len(idx) <= n_neighbors:
         raise ValueError(f"{len(idx)} cells with a batch{' and a label' if labels is not None else ''}: need more than "
                          f"n_neighbors={n_neighbors}.")
-    reps = resolve_reps(adata, use_reps, baselines, layer, **{"batch_key": batch_key, **(baseline_kwargs or {})})
+    src = source_kwargs(layer, use_raw, input, library_size_key)
+    reps = resolve_reps(adata, use_reps, baselines, **src, **{"batch_key": batch_key, **(baseline_kwargs or {})})
     setting = f"k={int(n_neighbors)}"
     records = []
     for r in progress(reps, desc="integration"):
@@ -154,8 +160,8 @@ def integration(
         records += rows("integration", r, setting, None, m)
     out = frame(records)
     if scib:
-        out = pd.concat([out, scib_scores(adata, batch_key=batch_key, label_key=label_key, use_reps=reps, layer=layer)],
-                        ignore_index=True)
+        scores = scib_scores(adata, batch_key=batch_key, label_key=label_key, use_reps=reps, **src)
+        out = pd.concat([out, scores], ignore_index=True)
     return out
 
 
@@ -177,6 +183,9 @@ def scib_scores(
     use_reps: Sequence[str] | str = ("X_biomjepa", "X_pca"),
     pre_integrated: str | None = None,
     layer: str | None = None,
+    use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
     benchmarker_kwargs: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """scib-metrics' bio-conservation and batch-correction scores of each embedding (its ``Benchmarker``).
@@ -195,9 +204,8 @@ def scib_scores(
     {use_reps}
     pre_integrated
         ``obsm`` key of an unintegrated embedding for scib's PCR comparison (None: PCA-50 of the
-        log-normalized HVGs of the raw counts in ``layer`` of the scored cells, as ``baselines=["pca"]``).
-    layer
-        Layer with raw counts for that PCA (None: X).
+        log-normalized HVGs of the counts of the scored cells, as ``baselines=["pca"]``).
+    {layer_baselines}
     benchmarker_kwargs
         Extra ``Benchmarker`` arguments, e.g. ``{"bio_conservation_metrics":
         BioConservation(nmi_ari_cluster_labels_leiden=True)}`` for Leiden NMI / ARI.
@@ -221,7 +229,7 @@ def scib_scores(
         raise ValueError(f"obs[{batch_key!r}] has a single batch among the labelled cells; scib needs two or more.")
     reps = resolve_reps(adata, use_reps, None, None)
     if pre_integrated is None:
-        X_pre = fit_pca(adata[idx], layer=layer)[0]
+        X_pre = fit_pca(adata[idx], layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)[0]
     else:
         X_pre = get_rep(adata, pre_integrated)[idx]
     from scib_metrics.benchmark import Benchmarker

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
@@ -162,6 +162,9 @@ def perturbation(
     patience: int = 5,
     baselines: Sequence[str] | None = None,
     layer: str | None = None,
+    use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
 ) -> pd.DataFrame:
     """Predict perturbed expression from a frozen control-cell embedding and the perturbation identity.
 
@@ -223,7 +226,8 @@ def perturbation(
     max_epochs, patience = check_int("max_epochs", max_epochs), check_int("patience", patience)
     unseen_frac = check_number("unseen_frac", unseen_frac, low=0, high=1)
     combo_frac = check_number("combo_frac", combo_frac, low=0, high=1)
-    reps = resolve_reps(adata, use_reps, baselines, layer)
+    reps = resolve_reps(adata, use_reps, baselines, layer, use_raw=use_raw, input=input,
+                        library_size_key=library_size_key)
     if perturbation_key not in adata.obs:
         raise KeyError(f"obs[{perturbation_key!r}] not found; pass `perturbation_key=` the column with perturbation labels.")
     pert = adata.obs[perturbation_key].astype(str).to_numpy()

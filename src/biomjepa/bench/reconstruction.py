@@ -8,14 +8,15 @@ import logging
 import warnings
 from collections.abc import Sequence
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
 
 from .._docs import doc_params
 from ._mlp import fit_mlp
-from ._utils import DEFAULT_SEEDS, frame, get_counts, get_labels, get_rep, progress, rows
+from ._source import read_counts
+from ._utils import DEFAULT_SEEDS, frame, get_labels, get_rep, progress, rows
 from .baselines import resolve_reps
 
 if TYPE_CHECKING:
@@ -42,22 +43,25 @@ def reactome_sets() -> dict[str, frozenset[str]]:
     return out
 
 
-def canonical_genes(adata: AnnData, *, layer: str | None = None, n_genes: int = 400, gene_key: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+def canonical_genes(adata: AnnData, *, layer: str | None = None, n_genes: int = 400, gene_key: str | None = None,
+                    use_raw: bool = False, input: Literal["counts", "lognorm"] = "counts",
+                    library_size_key: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The canonical target: the ``n_genes`` most variable genes of ``log1p(1e4 · counts / library size)``.
 
-    Genes are ranked by the variance over all cells (labels unused) of the log-normalized raw counts in
-    ``layers[layer]`` (or X); ties keep ``var`` order, so the choice is deterministic.
+    Genes are ranked by the variance over all cells (labels unused) of the log-normalized counts in
+    ``layers[layer]``, X or ``adata.raw`` (``use_raw``), read as ``input`` says (see
+    :func:`biomjepa.bench.add_baselines`); ties keep ``var`` order, so the choice is deterministic.
 
     Parameters
     ----------
     adata
         AnnData with raw counts.
-    layer
-        Layer with raw counts (None: X).
+    layer, use_raw, input, library_size_key
+        Where the counts are and what they hold, as for :func:`biomjepa.bench.add_baselines`.
     n_genes
         Target size (paper: 400).
     gene_key
-        ``var`` column of gene symbols (None: ``var_names``).
+        ``var`` column of gene symbols (None: ``var_names``; ``adata.raw.var`` with ``use_raw``).
 
     Returns
     -------
@@ -65,7 +69,8 @@ def canonical_genes(adata: AnnData, *, layer: str | None = None, n_genes: int = 
     """
     from scipy import sparse
 
-    X = sparse.csr_matrix(get_counts(adata, layer), dtype=np.float64)
+    X = sparse.csr_matrix(read_counts(adata, layer=layer, use_raw=use_raw, input=input,
+                                      library_size_key=library_size_key), dtype=np.float64)
     lib = np.asarray(X.sum(1)).ravel()
     X = sparse.diags(1e4 / np.maximum(lib, 1e-12)) @ X
     X.data = np.log1p(X.data)
@@ -75,7 +80,8 @@ def canonical_genes(adata: AnnData, *, layer: str | None = None, n_genes: int = 
     order = order[var[order] > 0][:n_genes]
     if len(order) < n_genes:
         warnings.warn(f"only {len(order)} expressed genes available for the {n_genes}-gene target.", stacklevel=2)
-    names = (adata.var[gene_key] if gene_key else adata.var_names).astype(str).to_numpy()
+    var = adata.raw.var if use_raw else adata.var
+    names = (var[gene_key] if gene_key else var.index).astype(str).to_numpy()
     return names[order], X[:, order].toarray()
 
 
@@ -216,6 +222,9 @@ def reconstruction(
     budgets: Sequence[int] = (100, 500, 700, 900),
     seeds: Sequence[int] = DEFAULT_SEEDS,
     layer: str | None = None,
+    use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
     n_genes: int = 400,
     gene_key: str | None = None,
     max_epochs: int = 50,
@@ -243,8 +252,6 @@ def reconstruction(
         Training cells per class.
     seeds
         Split and training seeds.
-    layer
-        Layer with raw counts (None: X).
     n_genes
         Size of the canonical target.
     gene_key
@@ -254,6 +261,7 @@ def reconstruction(
     test_frac
         Held-out fraction per class.
     {baselines}
+    {layer_baselines}
 
     Returns
     -------
@@ -268,10 +276,12 @@ def reconstruction(
     n_genes, max_epochs = check_int("n_genes", n_genes), check_int("max_epochs", max_epochs)
     patience, test_frac = check_int("patience", patience), check_number("test_frac", test_frac, low=0, high=1,
                                                                         low_open=True, high_open=True)
-    reps = resolve_reps(adata, use_reps, baselines, layer)
+    reps = resolve_reps(adata, use_reps, baselines, layer, use_raw=use_raw, input=input,
+                        library_size_key=library_size_key)
     labels, valid = get_labels(adata, label_key)
     idx = np.flatnonzero(valid)
-    genes, Y = canonical_genes(adata, layer=layer, n_genes=n_genes, gene_key=gene_key)
+    genes, Y = canonical_genes(adata, layer=layer, n_genes=n_genes, gene_key=gene_key, use_raw=use_raw, input=input,
+                               library_size_key=library_size_key)
     labels, Y = labels[idx], Y[idx]
     Zs = {r: get_rep(adata, r)[idx] for r in reps}
     records = []

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
 from .._docs import doc_params
+from ._source import check_source, source_kwargs
 from ._utils import DEFAULT_SEEDS, progress
 from .baselines import resolve_reps
 from .integration import check_scib
@@ -30,6 +31,9 @@ def run(
     use_reps: Sequence[str] | str = ("X_biomjepa", "X_pca"),
     baselines: Sequence[str] | None = None,
     layer: str | None = None,
+    use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
     seeds: Sequence[int] = DEFAULT_SEEDS,
     baseline_kwargs: Mapping[str, Any] | None = None,
     task_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
@@ -56,8 +60,7 @@ def run(
         ``label_key`` when given.
     {use_reps}
     {baselines}
-    layer
-        Layer with raw counts (baselines, reconstruction target, geometry depth); None: X.
+    {layer_baselines}
     seeds
         Seeds of every seeded task.
     {baseline_kwargs}
@@ -91,12 +94,14 @@ def run(
         if ikw.get("scib"):
             check_scib(ikw.get("label_key", label_key))
     # every argument is checked here, before a baseline is written into adata
-    reps = resolve_reps(adata, use_reps, baselines, layer, batch_key=batch_key, **dict(baseline_kwargs or {}))
+    src = source_kwargs(layer, use_raw, input, library_size_key)
+    check_source(adata, **src)
+    reps = resolve_reps(adata, use_reps, baselines, **src, batch_key=batch_key, **dict(baseline_kwargs or {}))
     funcs = {"annotation": annotation, "clustering": clustering, "reconstruction": reconstruction,
              "perturbation": perturbation, "geometry": geometry, "integration": integration}
     frames, attrs = [], {}
     for t in progress(tasks, desc="bench"):
-        kw: dict[str, Any] = {"use_reps": reps, "layer": layer}
+        kw: dict[str, Any] = {"use_reps": reps, **src}
         if t in _NEEDS_LABELS or (t == "integration" and label_key is not None):
             kw["label_key"] = label_key
         if t not in ("geometry", "integration"):

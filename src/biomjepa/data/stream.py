@@ -51,8 +51,9 @@ def where_label(layer: str | None, adata=None) -> str:
     return "X" if layer is None else f"layers[{layer!r}]"
 
 
-def _raw_hint(adata) -> str:
-    """A sentence pointing at ``use_raw=True`` when ``X``/a layer is refused but ``adata.raw`` holds counts."""
+def _raw_hint(adata, mapped: bool = True) -> str:
+    """A sentence pointing at ``use_raw=True`` when ``X``/a layer is refused but ``adata.raw`` holds counts
+    (and at mapping its genes first when the reader needs ``mapped`` genes)."""
     raw = None if isinstance(adata, RawCounts) else getattr(adata, "raw", None)
     if raw is None:
         return ""
@@ -60,10 +61,8 @@ def _raw_hint(adata) -> str:
         check_counts(materialize(raw.X[: min(adata.n_obs, CHUNK)]), where="raw.X")
     except (ValueError, TypeError, IndexError):
         return ""
-    return (
-        " adata.raw.X does hold raw counts (scanpy's habit of keeping them in .raw): pass use_raw=True, after "
-        "mapping its genes with `bj.pp.map_vocab(adata, use_raw=True)`."
-    )
+    after = ", after mapping its genes with `bj.pp.map_vocab(adata, use_raw=True)`" if mapped else ""
+    return f" adata.raw.X does hold raw counts (scanpy's habit of keeping them in .raw): pass use_raw=True{after}."
 
 
 _LOGNORM_HINT = (
@@ -125,17 +124,32 @@ def iter_vocab_counts(
 
     token = token_column(adata, token_key) if token is None else np.asarray(token, dtype=np.int64)
     V = vocab_size or Vocab.default().size
-    tool = where is None  # a tl tool, which also takes input="lognorm" (corpus preparation does not)
+    for rows, block in iter_checked_counts(adata, layer=layer, chunk=chunk, start=start, stop=stop, where=where):
+        counts, totals = to_vocab_counts(block, token, V)
+        yield rows, counts, totals
+
+
+def iter_checked_counts(
+    adata, *, layer: str | None = None, chunk: int = CHUNK, start: int = 0, stop: int | None = None,
+    where: str | None = None, mapped: bool = True,
+) -> Iterator[tuple[slice, object]]:
+    """:func:`iter_counts` with every block checked as raw counts (what ``bj.bench`` baselines read).
+
+    A :class:`~biomjepa.data.lognorm.LogNormalized` ``adata`` yields its pseudo-counts, checked as they
+    are made. A refused block's error points at ``use_raw=True`` when ``adata.raw`` holds counts, else
+    (for a tool, i.e. ``where`` not given) at ``input='lognorm'`` for non-integer values; ``mapped=False``
+    for a reader that does not need ``bj.pp.map_vocab`` (the baselines).
+    """
+    tool = where is None  # a tool, which also takes input="lognorm" (corpus preparation does not)
     where = where or where_label(layer, adata)
     for rows, block in iter_counts(adata, layer=layer, chunk=chunk, start=start, stop=stop):
         if not isinstance(adata, LogNormalized):  # its pseudo-counts are checked as they are made
             try:
                 check_counts(block, where=where)
             except ValueError as err:
-                hint = _raw_hint(adata) or (_LOGNORM_HINT if tool and "not look like raw counts" in str(err) else "")
+                hint = _raw_hint(adata, mapped) or (_LOGNORM_HINT if tool and "not look like raw counts" in str(err) else "")
                 raise ValueError(f"{err}{hint}") from None
-        counts, totals = to_vocab_counts(block, token, V)
-        yield rows, counts, totals
+        yield rows, block
 
 
 def _tokenize(counts: sparse.csr_matrix, totals: np.ndarray, rows: slice) -> TokenizedCells:
