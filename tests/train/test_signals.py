@@ -1,4 +1,9 @@
-"""SIGTERM/SIGINT end a training run after the current step, with its state saved (issue 24)."""
+"""SIGTERM/SIGINT end a training run after the current step, with its state saved (issue 24); the command
+then exports nothing and exits 128 + signum, so the same command resumes (issue 30).
+
+Every test sets the dispositions it starts from (:func:`known_dispositions`): the suite may be started
+with SIGINT inherited as ignored (``nohup … &``, a batch system), and no test depends on that.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +17,25 @@ import time
 import pytest
 from _kit import tiny_config
 
+from biomjepa.cli.errors import Stopped
+from biomjepa.cli.train import build_train_parser, run_train
 from biomjepa.train.checkpoint import latest_state, load_state
 from biomjepa.train.config import TrainConfig
 from biomjepa.train.distributed import DistInfo
 from biomjepa.train.loop import Trainer
 from biomjepa.train.runlock import lock_run_dir, unlock_run_dir
-from biomjepa.train.signals import GracefulStop
+from biomjepa.train.signals import GracefulStop, last_stop_signal, stop_exit_code
+
+
+@pytest.fixture
+def known_dispositions():
+    """SIGTERM default, SIGINT Python's KeyboardInterrupt handler, whatever was inherited; restored after."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    for s, h in before.items():
+        signal.signal(s, h if h is not None else signal.SIG_DFL)
 
 
 def _rows(path) -> int:
@@ -31,17 +49,21 @@ def test_a_signal_ends_the_run_with_a_state_that_resumes(tmp_path, sig):
     cfg.to_yaml(tmp_path / "run.yaml")
     run_dir = tmp_path / "runs" / "sig"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    child = subprocess.Popen([sys.executable, "-m", "biomjepa.train", str(tmp_path / "run.yaml")], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    export_dir = tmp_path / "model"
+    command = [sys.executable, "-m", "biomjepa.train", str(tmp_path / "run.yaml"), "--export", str(export_dir)]
+    # the child starts with the signal's default handling, whatever this process inherited (nohup … &)
+    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGINT)])
     deadline = time.monotonic() + 240
     while _rows(run_dir / "log.csv") < 2 and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert child.poll() is None, child.communicate()
     child.send_signal(sig)
     out, err = child.communicate(timeout=240)
-    assert child.returncode == 0, err
+    assert child.returncode == 128 + sig, err  # not done: a batch system must not see success
     steps = _rows(run_dir / "log.csv")
     assert f"stopped on {signal.Signals(sig).name} after step {steps}" in err
+    assert "nothing was exported" in err and not export_dir.exists()
     assert out.strip() == str(run_dir)
     state = load_state(latest_state(run_dir))
     assert state["step"] == steps >= 2  # the step in flight was finished and saved
@@ -54,7 +76,7 @@ def test_a_signal_ends_the_run_with_a_state_that_resumes(tmp_path, sig):
     assert load_state(latest_state(run_dir))["step"] == steps + 1
 
 
-def test_graceful_stop_restores_the_previous_handlers():
+def test_graceful_stop_restores_the_previous_handlers(known_dispositions):
     def mine(signum, frame):
         pass
 
@@ -70,7 +92,7 @@ def test_graceful_stop_restores_the_previous_handlers():
         signal.signal(signal.SIGTERM, before)
 
 
-def test_a_second_signal_stops_at_once():
+def test_a_second_signal_stops_at_once(known_dispositions):
     with GracefulStop() as stop:
         signal.raise_signal(signal.SIGINT)
         assert stop.signum == signal.SIGINT
@@ -91,3 +113,66 @@ def test_outside_the_main_thread_handlers_are_left_alone():
     t.start()
     t.join()
     assert seen == [before]
+
+
+def test_an_inherited_ignore_is_kept(known_dispositions):
+    """Started with SIGINT ignored (a background job of a script), the run keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with GracefulStop() as stop:
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.raise_signal(signal.SIGINT)  # ignored, as before the block
+        assert stop.signum is None
+        signal.raise_signal(signal.SIGTERM)  # still stops the run
+        assert stop.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert last_stop_signal() == signal.SIGTERM
+    with GracefulStop():
+        pass
+    assert last_stop_signal() is None
+
+
+def test_stop_exit_codes_are_what_shells_report():
+    assert stop_exit_code(signal.SIGTERM) == 143 and stop_exit_code(signal.SIGINT) == 130
+    assert stop_exit_code(None) == 75
+
+
+def _fake_pretrain(monkeypatch, tmp_path, step: int, signum):
+    """``pretrain`` that 'stops' after ``step`` (a state pointer) with ``signum`` received."""
+    import biomjepa.train as train
+    from biomjepa.train import signals
+
+    run_dir = tmp_path / "runs" / "fake"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "LATEST").write_text(f"step_{step:08d}.pt")
+    (run_dir / "checkpoints" / f"step_{step:08d}.pt").write_bytes(b"")
+
+    def pretrain(cfg, on_checkpoint=None):
+        signals._last["signum"] = signum
+        return run_dir
+
+    exported = []
+    monkeypatch.setattr(train, "pretrain", pretrain)
+    monkeypatch.setattr(train, "export", lambda *a, **k: exported.append(a))
+    return run_dir, exported
+
+
+@pytest.mark.parametrize(("step", "signum", "code"), [(4, signal.SIGTERM, 143), (4, signal.SIGINT, 130), (4, None, 75),
+                                                      (8, signal.SIGTERM, 143)])
+def test_a_stopped_run_is_not_exported_and_exits_non_zero(monkeypatch, tmp_path, capsys, step, signum, code):
+    from biomjepa.cli.train import train_main
+
+    run_dir, exported = _fake_pretrain(monkeypatch, tmp_path, step, signum)
+    export_dir = tmp_path / "model"
+    rc = train_main(["tiny", "--set", "steps=8", "--export", str(export_dir)])
+    out, err = capsys.readouterr()
+    assert rc == code and exported == [] and not export_dir.exists()
+    assert out.strip() == str(run_dir) and "run the same command again to resume" in err.lower()
+    assert "nothing was exported to" in err
+
+
+def test_a_finished_run_is_exported(monkeypatch, tmp_path):
+    run_dir, exported = _fake_pretrain(monkeypatch, tmp_path, 8, None)
+    run_train(build_train_parser(), "tiny", ["steps=8"], str(tmp_path / "model"), False)
+    assert exported == [(run_dir, str(tmp_path / "model"))]
+    with pytest.raises(Stopped):
+        run_train(build_train_parser(), "tiny", ["steps=9"], None, False)

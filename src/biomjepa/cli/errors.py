@@ -1,7 +1,9 @@
 """The one error handler of every command: an exception becomes an exit code and a message on stderr.
 
 Exit codes: 0 success, 1 error while running (``PROG: error: MESSAGE`` on stderr), 2 usage error
-(``argparse``: bad arguments, missing files, or a check run before any work). The library names
+(``argparse``: bad arguments, missing files, or a check run before any work), and a command's own
+code for work stopped on purpose and left to be resumed (:class:`Stopped`: ``biomjepa train`` stopped
+by SIGTERM/SIGINT exits ``128 + signum``). The library names
 its Python arguments in its messages (``overwrite=True``), never a command's options; a command
 passes ``flags``, a mapping of those phrases to its own options, so its user reads ``--overwrite``.
 """
@@ -29,12 +31,24 @@ def error_message(err: BaseException, flags: Mapping[str, str] | None = None) ->
     return message
 
 
+class Stopped(Exception):
+    """Raised by a command whose work was stopped on purpose (a stop signal) and can be resumed:
+    ``PROG: MESSAGE`` on stderr and exit code ``code`` (not 0: the work is not done)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = int(code)
+
+
 def run_command(func: Callable[[], object], *, prog: str, verbose: bool = False,
                 flags: Mapping[str, str] | None = None) -> int:
     """Run ``func()``; 0 when it returns, 1 with ``PROG: error: MESSAGE`` on stderr when it raises one of
-    :data:`RUNTIME_ERRORS` (with the traceback logged too when ``verbose``)."""
+    :data:`RUNTIME_ERRORS` (with the traceback logged too when ``verbose``), ``err.code`` for :class:`Stopped`."""
     try:
         func()
+    except Stopped as err:
+        print(f"{prog}: {error_message(err, flags)}", file=sys.stderr)
+        return err.code
     except RUNTIME_ERRORS as err:
         if verbose:
             logging.getLogger("biomjepa").exception("traceback")

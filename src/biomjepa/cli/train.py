@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from .errors import check_usage, run_command
-from .types import EPILOG, TRAIN_PRESETS, train_config
+from .errors import Stopped, check_usage, run_command
+from .types import TRAIN_PRESETS, train_config
 
 #: the library's argument names in messages -> the options of both training commands
 TRAIN_FLAGS = {"^an override must": "--set must", "^override ": "--set ", "overwrite=True": "--export-overwrite"}
@@ -15,12 +15,16 @@ CONFIG_HELP = f"YAML config file or preset name ({', '.join(TRAIN_PRESETS)}); se
 SET_HELP = "override a config key, value parsed as YAML, e.g. --set corpus=data/*.h5ad (repeatable)"
 EXPORT_HELP = "after training, export the teacher encoder as an inference checkpoint to DIR"
 EXPORT_OVERWRITE_HELP = "replace DIR when it already holds a checkpoint (refused otherwise, before training)"
+TRAIN_EPILOG = ("exit codes: 0 success, 1 error while running (message on stderr), 2 usage error (bad arguments, "
+                "missing files, an existing --export DIR), 128+N stopped by signal N (143 SIGTERM, 130 SIGINT; 75 "
+                "when another rank got it): the state is saved and nothing is exported; run the same command "
+                "again to resume")
 
 
 def add_train_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``train`` subcommand on an ``argparse`` subparsers object; its ``func`` is :func:`run_train_command`."""
     t = subparsers.add_parser(
-        "train", help="pretrain from a YAML config or preset (see biomjepa/configs)", epilog=EPILOG,
+        "train", help="pretrain from a YAML config or preset (see biomjepa/configs)", epilog=TRAIN_EPILOG,
         description="Pretrain BioM-JEPA (block-level JEPA) as `python -m biomjepa.train` does; a run "
         "resumes from its latest checkpoint. For many GPUs use `torchrun --nproc_per_node=N -m "
         "biomjepa.train CONFIG ...`. Prints the run directory.")
@@ -34,7 +38,8 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
 
 def build_train_parser() -> argparse.ArgumentParser:
     """The parser of ``python -m biomjepa.train``."""
-    parser = argparse.ArgumentParser(prog="python -m biomjepa.train", description="Pretrain BioM-JEPA.")
+    parser = argparse.ArgumentParser(prog="python -m biomjepa.train", description="Pretrain BioM-JEPA.",
+                                     epilog=TRAIN_EPILOG)
     parser.add_argument("config", help=CONFIG_HELP)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     parser.add_argument("--export", metavar="DIR", help=EXPORT_HELP)
@@ -62,7 +67,10 @@ def run_train(parser: argparse.ArgumentParser, config: str, overrides: list[str]
     """Pretrain from ``config`` + ``overrides``, export the teacher to ``export_dir`` (rank 0), print the run directory.
 
     An ``export_dir`` that already holds a checkpoint, without ``export_overwrite``, is a usage error
-    (``parser.error``, exit code 2) raised before training, not after hours of it.
+    (``parser.error``, exit code 2) raised before training, not after hours of it. A run stopped by
+    SIGTERM/SIGINT (on any rank) has its state saved and is *not* exported: :class:`~.errors.Stopped`
+    with exit code ``128 + signum`` (75 on a rank the signal did not reach), so a batch system sees
+    that the work is not done and the same command resumes it.
     """
     import os
 
@@ -79,6 +87,29 @@ def run_train(parser: argparse.ArgumentParser, config: str, overrides: list[str]
 
         hook = probe_hook(cfg)
     run_dir = pretrain(cfg, on_checkpoint=hook)
+    print(run_dir, flush=True)
+    _raise_if_stopped(cfg, run_dir, export_dir)
     if export_dir and int(os.environ.get("RANK", "0")) == 0:
         export(run_dir, export_dir, overwrite=export_overwrite)
-    print(run_dir)
+
+
+def _raise_if_stopped(cfg, run_dir, export_dir: str | None) -> None:
+    """:class:`~.errors.Stopped` when the run ended before its last step (a stop signal on some rank)."""
+    import re
+
+    from ..train.checkpoint import latest_state
+    from ..train.signals import last_stop_signal, stop_exit_code
+
+    signum = last_stop_signal()
+    latest = latest_state(run_dir)
+    match = re.fullmatch(r"step_(\d+)\.pt", latest.name) if latest is not None else None
+    step = int(match.group(1)) if match else 0
+    end = min(cfg.run.steps, cfg.run.stop_at or cfg.run.steps)
+    if signum is None and step >= end:
+        return
+    import signal
+
+    name = signal.Signals(signum).name if signum is not None else "a stop signal on another rank"
+    skipped = f"; nothing was exported to {export_dir}" if export_dir else ""
+    raise Stopped(f"stopped on {name} after step {step} of {end}: the state is saved in {run_dir}{skipped}. Run "
+                  "the same command again to resume.", stop_exit_code(signum))

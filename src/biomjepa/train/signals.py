@@ -5,7 +5,13 @@ checkpoint. Inside :class:`GracefulStop` the first SIGTERM/SIGINT only records t
 loop finishes its step, saves the state and returns. A second signal restores the previous
 handlers and re-raises itself, i.e. stops at once (the state files are written atomically, so this
 leaves the previous state intact). Handlers can only be installed in the main thread; elsewhere
-the block runs with the process' handlers unchanged.
+the block runs with the process' handlers unchanged. A signal the process was started with set to
+*ignored* (``SIG_IGN``: SIGINT of a job started with ``&`` by a non-interactive shell, or under a
+batch system that shields its jobs from Ctrl-C) stays ignored, as Python itself leaves it: the run
+does not depend on, nor change, the disposition it inherited.
+
+:func:`last_stop_signal` tells the caller (the command line, which must not export a stopped run
+and exits with :func:`stop_exit_code`) which signal ended the most recent block.
 """
 
 from __future__ import annotations
@@ -16,6 +22,20 @@ import threading
 
 logger = logging.getLogger(__name__)
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: exit code of a run that stopped because another rank received the signal (BSD ``EX_TEMPFAIL``: try again)
+EX_TEMPFAIL = 75
+_last: dict[str, int | None] = {"signum": None}
+
+
+def last_stop_signal() -> int | None:
+    """The signal that ended the most recent :class:`GracefulStop` block of this process (None: none did)."""
+    return _last["signum"]
+
+
+def stop_exit_code(signum: int | None) -> int:
+    """The exit code of a run stopped by ``signum``: ``128 + signum`` as a shell reports a process killed
+    by it (143 for SIGTERM, 130 for SIGINT), or :data:`EX_TEMPFAIL` (75) when the signal reached another rank."""
+    return 128 + int(signum) if signum is not None else EX_TEMPFAIL
 
 
 class GracefulStop:
@@ -26,12 +46,16 @@ class GracefulStop:
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> GracefulStop:
+        _last["signum"] = None
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:  # inherited as ignored: keep it so
+                    continue
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc) -> None:
+        _last["signum"] = self.signum
         self._restore()
 
     @property
