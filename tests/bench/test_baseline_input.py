@@ -95,3 +95,20 @@ def test_run_passes_input_to_every_count_reader(pbmc):
     depth = df[(df.rep == "X_emb") & (df.metric == "depth_mean")]["value"]
     assert np.isfinite(depth).all()
 
+
+
+def test_bench_command_speaks_in_flags(pbmc, tmp_path, capsys):
+    """``biomjepa bench`` offers --input / --use-raw / --library-size-key and names them in its messages."""
+    from biomjepa.cli import main
+
+    path = tmp_path / "pbmc.h5ad"
+    pbmc.write_h5ad(path)
+    common = [str(path), "--baselines", "pca", "--tasks", "geometry", "--out", str(tmp_path / "o")]
+    assert main(["bench", *common]) == 1
+    err = capsys.readouterr().err
+    assert "--input lognorm" in err and "input='lognorm'" not in err
+    assert main(["bench", *common, "--use-raw"]) == 1
+    err = capsys.readouterr().err
+    assert "--use-raw, but adata.raw is None" in err and "Drop --use-raw" in err
+    assert main(["bench", *common, "--input", "lognorm", "--library-size-key", "total_counts"]) == 0
+    assert (tmp_path / "o" / "bench.csv").is_file()

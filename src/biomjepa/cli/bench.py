@@ -33,13 +33,25 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--tasks", default="annotation,clustering,geometry",
                    help=f"comma-separated subset of {','.join(TASKS)} (default: annotation,clustering,geometry)")
     b.add_argument("--layer", default=None, help="layer with raw counts for baselines and reconstruction (default: X)")
+    b.add_argument("--use-raw", action="store_true", help="read the counts from adata.raw (not with --layer)")
+    b.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "lognorm"],
+                   help="counts: raw integer counts (checked); lognorm: log1p(normalize_total) values, taken as such "
+                   "(default: counts)")
+    b.add_argument("--library-size-key", default=None, metavar="OBS_COLUMN",
+                   help="with --input lognorm: obs column of total counts per cell (scVI's counts; default: estimated)")
     b.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44, 45, 46],
                    help="seeds of the support sets / splits (default: 42 43 44 45 46)")
     b.add_argument("--perturbation-key", default="perturbation",
                    help="obs column of perturbation labels, for the perturbation task (default: perturbation)")
     b.add_argument("--out", default="bench_out", metavar="DIR", help="output directory (default: bench_out)")
-    b.set_defaults(func=run_bench)
+    b.set_defaults(func=run_bench, flags=BENCH_FLAGS)
     return b
+
+
+#: the library's argument names in messages -> this command's options
+BENCH_FLAGS = {"Pass use_raw=False": "Drop --use-raw", "input='lognorm'": "--input lognorm", "use_raw=True": "--use-raw",
+               "library_size_key=": "--library-size-key", "library_size_key": "--library-size-key",
+               "`layer=`": "--layer", "`label_key=`": "--label-key", "`batch_key=`": "--batch-key"}
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, Path]:
@@ -61,7 +73,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Path]:
     if args.batch_key and "integration" not in tasks:
         tasks.append("integration")
     df = run(adata, label_key=args.label_key, tasks=tasks, use_reps=reps, baselines=args.baselines or None,
-             layer=args.layer, seeds=args.seeds, task_kwargs=kw, batch_key=args.batch_key)
+             layer=args.layer, use_raw=args.use_raw, input=args.input_kind, library_size_key=args.library_size_key,
+             seeds=args.seeds, task_kwargs=kw, batch_key=args.batch_key)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"csv": out / "bench.csv", "summary": out / "bench_summary.csv", "png": out / "bench.png"}
