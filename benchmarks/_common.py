@@ -6,6 +6,14 @@ its high-water mark. Writing ``5`` to ``/proc/self/clear_refs`` resets ``VmHWM``
 RSS, so "peak above baseline" = ``VmHWM`` after the work − ``VmRSS`` just before it, without an
 earlier peak (imports, input construction) masking it. Without ``/proc`` (macOS) the fallback is
 ``resource.getrusage(RUSAGE_SELF).ru_maxrss``, which cannot be reset.
+
+Every script in the subfolders (``speed/``, ``evaluation/``, ``pretraining/``, ``gpu/``) starts with one
+line that puts the checkout on ``sys.path``, so ``benchmarks`` imports as a package from any folder::
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
+    from benchmarks._common import write_csv
+
+and reaches the others the same way (``from benchmarks.speed import bench_embed``).
 """
 
 from __future__ import annotations
@@ -15,8 +23,10 @@ import threading
 import time
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-RESULTS = Path(__file__).resolve().parent / "results"
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+SHARED = REPO.parent / "shared" / "data"
+RESULTS = BENCH / "results"
 
 
 def encoder_flops_per_token(cfg) -> float:

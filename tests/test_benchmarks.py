@@ -1,13 +1,16 @@
-"""The GPU suite (``benchmarks/gpu_suite.py``) in its quick CPU mode, its resume and ``eval_gpu_run.py``.
+"""The benchmark scripts: each imports, the index names each, and the GPU suite runs in its quick CPU mode.
 
-The suite exists to be run on a GPU machine that is lent now and then; these tests go through all its
-steps at toy sizes on the CPU so that it does not rot in between. The benchmark scripts are not a
-package: they are imported from ``benchmarks/`` as they import each other.
+The GPU suite (``benchmarks/gpu/gpu_suite.py``) exists to be run on a GPU machine that is lent now and then;
+the slow tests here go through all its steps at toy sizes on the CPU (steps c-g call the speed benchmarks'
+own functions: ``bench_embed``, ``bench_attention``, ``bench_finetune``, ``bench_train``, ``bench_atlas``), its
+resume and ``eval_gpu_run.py``, so that none of them rots in between. ``benchmarks`` is a package (each script
+puts the checkout on ``sys.path`` and imports ``benchmarks._common``), imported here the same way.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +21,69 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
-sys.path.insert(0, str(BENCH))
+GPU = BENCH / "gpu"
+sys.path.insert(0, str(REPO))
+
+
+#: Where the project names benchmark scripts by path (CHANGELOG too: nothing in it is released yet).
+CITING = ("README.md", "CHANGELOG.md", "docs", "models", "scripts", "tests", ".ci", "benchmarks")
+SCRIPT_PATH = re.compile(r"benchmarks/[\w/]+\.(?:py|sh)\b")
+
+#: Imports every module of the benchmark subfolders and runs each script's ``main`` with ``--help`` (argparse
+#: exits 0 before any work), in a fresh interpreter: a moved helper or a broken import fails here, in the fast
+#: subset, not months later on a GPU machine.
+HELP_ALL = """
+import contextlib, importlib, io, sys
+from pathlib import Path
+repo = Path.cwd()
+sys.path.insert(0, str(repo))
+for path in sorted((repo / "benchmarks").glob("*/*.py")):
+    if path.name == "__init__.py":
+        continue
+    mod = importlib.import_module(".".join(path.relative_to(repo).with_suffix("").parts))
+    if hasattr(mod, "main"):
+        sys.argv, out = [str(path), "--help"], io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                mod.main()
+        except SystemExit as e:
+            assert e.code in (0, None), (path, e.code)
+        else:
+            raise AssertionError(f"{path}: main() ran on --help")
+        assert "usage:" in out.getvalue(), path
+    print("ok", path.relative_to(repo))
+"""
+
+
+def _scripts() -> list[Path]:
+    return sorted(p for p in BENCH.rglob("*") if p.suffix in (".py", ".sh") and p.name != "__init__.py"
+                  and "results" not in p.parts and "__pycache__" not in p.parts)
+
+
+def test_every_script_imports_and_parses_help():
+    r = _run("-c", HELP_ALL, timeout=300)
+    done = {line.split()[1] for line in r.stdout.splitlines() if line.startswith("ok ")}
+    assert done == {str(p.relative_to(REPO)) for p in BENCH.glob("*/*.py") if p.name != "__init__.py"}
+
+
+def test_index_names_every_script():
+    """``benchmarks/README.md`` has a row for every script and helper, and names no file that is gone."""
+    index = (BENCH / "README.md").read_text()
+    missing = [str(p.relative_to(BENCH)) for p in _scripts() if f"`{p.relative_to(BENCH)}`" not in index]
+    assert missing == [], f"add a row for each to benchmarks/README.md: {missing}"
+    named = set(re.findall(r"`((?:speed|evaluation|pretraining|gpu)/\w+\.(?:py|sh))`", index))
+    gone = sorted(n for n in named if not (BENCH / n).is_file())
+    assert gone == [], gone
+
+
+def test_pages_name_only_scripts_that_exist():
+    """Every ``benchmarks/...py`` path in the README, docs, model configs, CHANGELOG, scripts and tests exists."""
+    files = [REPO / c for c in CITING if (REPO / c).is_file()]
+    files += [p for c in CITING if (REPO / c).is_dir() for p in (REPO / c).rglob("*") if p.is_file()
+              and (p.suffix in (".md", ".py", ".sh", ".yaml") or c == ".ci") and "results" not in p.parts]
+    stale = sorted({f"{f.relative_to(REPO)}: {m}" for f in files for m in SCRIPT_PATH.findall(f.read_text(errors="replace"))
+                    if not (REPO / m).is_file()})
+    assert stale == [], stale
 
 
 def _run(*args, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -36,14 +101,14 @@ def _status(out: Path) -> pd.Series:
 @pytest.fixture(scope="module")
 def suite_dir(tmp_path_factory, shared_data) -> Path:
     out = tmp_path_factory.mktemp("gpu_suite") / "out"
-    _run(BENCH / "gpu_suite.py", "--out", out, "--device", "cpu", "--quick")
+    _run(GPU / "gpu_suite.py", "--out", out, "--device", "cpu", "--quick")
     return out
 
 
 @pytest.mark.slow
 @pytest.mark.shared
 def test_quick_suite_runs_every_step(suite_dir):
-    from gpu_suite import OUTPUTS
+    from benchmarks.gpu._suite import OUTPUTS
 
     files = sorted(p.name for p in suite_dir.iterdir())
     assert set(files) == set(OUTPUTS) and len(files) <= 8
@@ -59,7 +124,7 @@ def test_quick_suite_runs_every_step(suite_dir):
 def test_quick_suite_resumes_a_run(suite_dir):
     run = suite_dir.with_name(suite_dir.name + "_work") / "runs" / "gpu-suite-biomjepa-mini-v0.3"
     before = int(pd.read_csv(run / "log.csv")["step"].max())
-    _run(BENCH / "gpu_suite.py", "--out", suite_dir, "--device", "cpu", "--quick", "--steps", "h", "--resume-from", run)
+    _run(GPU / "gpu_suite.py", "--out", suite_dir, "--device", "cpu", "--quick", "--steps", "h", "--resume-from", run)
     log = pd.read_csv(run.with_name(run.name + "-resumed") / "log.csv")
     assert log["step"].min() == 0 and log["step"].max() > before  # the copied log goes on from the saved step
     assert list(log["step"]) == list(range(len(log)))
@@ -72,7 +137,7 @@ def test_quick_suite_resumes_a_run(suite_dir):
 def test_eval_gpu_run_on_the_quick_suite(suite_dir, tmp_path):
     doc = tmp_path / "performance.md"
     doc.write_text("# Performance\n")
-    _run(BENCH / "eval_gpu_run.py", suite_dir, "--doc", doc, "--results", tmp_path, "--probe-cells", "48", "--tag", "q")
+    _run(GPU / "eval_gpu_run.py", suite_dir, "--doc", doc, "--results", tmp_path, "--probe-cells", "48", "--tag", "q")
     text = doc.read_text()
     assert text.count("<!-- gpu-suite:q -->") == 1 and "Quick mode" in text and "Validation (48" in text
     val = pd.read_csv(tmp_path / "gpu_run_q_validation.csv")
@@ -81,7 +146,7 @@ def test_eval_gpu_run_on_the_quick_suite(suite_dir, tmp_path):
 
 
 def test_doc_section_is_replaced_not_repeated(tmp_path):
-    from eval_gpu_run import section, write_section
+    from benchmarks.gpu.eval_gpu_run import section, write_section
 
     fig = pd.DataFrame([{"step": "b", "name": "cosine_min", "value": 0.995, "unit": "", "reference": 0.99,
                          "ratio": 0.995 / 0.99, "note": "a | b", "quick": False}])
@@ -97,7 +162,7 @@ def test_doc_section_is_replaced_not_repeated(tmp_path):
 def test_bidirectional_linear_attention_from_a_final_state():
     """The composition the suite times for fla's kernels equals the package's bidirectional linear attention."""
     import torch
-    from _gpu_suite_bench import bidirectional_from_state
+    from benchmarks.gpu._bench_steps import bidirectional_from_state
 
     from biomjepa.nn.attention import linear_attention
 
@@ -108,7 +173,7 @@ def test_bidirectional_linear_attention_from_a_final_state():
 
 
 def test_stage_parts_reassemble(tmp_path):
-    from gpu_stage import split_into_parts
+    from benchmarks.gpu.gpu_stage import split_into_parts
 
     rng = np.random.default_rng(0)
     files = []

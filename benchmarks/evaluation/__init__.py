@@ -1,0 +1,1 @@
+"""Model evaluation (model card, baselines, biology) and checkpoint selection on the validation cells."""

@@ -1,0 +1,158 @@
+"""Every number of the model card: checkpoints vs PCA-50 on the validation and the test cells.
+
+Validation: the 1,072 held-out sorted-PBMC cells (what recipes and checkpoints are chosen on).
+Chemistry (validation for technical robustness, held out of v0.3's corpus): 900 cells (300 per
+chemistry, seeded) of the 10x PBMC set with 3' v2, 3' v3 and 5' chemistries; its cells carry no
+annotation, so coarse types (T, B, NK, monocyte) come from marker genes (:func:`marker_types`), and
+``bj.bench.integration`` reports chemistry mixing next to label separation.
+Test: the 1,074 held-out Baron pancreas cells, ``bj.datasets.pancreas()`` (reported only).
+Per representation: few-shot k = 5 macro-F1 (``bj.bench.annotation``, seeds 42–46), effective rank
+and depth association (``bj.bench.geometry``: ``depth_nnz`` = mean |r| of the leading axis and of the
+norm with detected genes), and ``bj.bench.depth_robustness`` (thinning to 50 % and 20 %). On the test
+cells also the max-token winners per cell type against the trivial baseline (each cell's
+most-expressed gene).
+
+    python benchmarks/evaluation/model_card_eval.py NAME=CHECKPOINT [NAME=CHECKPOINT ...] [--tag v0.2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
+
+from benchmarks._common import SHARED, write_csv
+
+
+def validation_cells():
+    import anndata as ad
+
+    import biomjepa as bj
+
+    a = ad.read_h5ad(SHARED / "scrna" / "pbmc_sorted_2140cells_raw.h5ad")
+    a = a[a.obs_names.isin(bj.datasets.heldout_cells("pbmc_sorted"))].copy()
+    a.obs["cell_type"] = a.obs["sorted_celltype"].astype(str)
+    return a
+
+
+#: Marker genes of the coarse PBMC types used to label the chemistry set (no annotation ships with it).
+MARKERS = {"T": ["CD3D", "CD3E", "IL7R"], "B": ["MS4A1", "CD79A", "CD79B"], "NK": ["NKG7", "GNLY"],
+           "monocyte": ["CD14", "LYZ", "FCGR3A", "S100A8"]}
+
+
+def marker_types(adata, *, min_score: float = 1.0, margin: float = 0.5):
+    """Coarse type per cell: the marker set with the highest mean ``log1p(1e4·c/total)``; cells whose best
+    score is below ``min_score`` or within ``margin`` of the second are left unlabelled (NaN)."""
+    import numpy as np
+    from scipy import sparse
+
+    X = sparse.csr_matrix(adata.X, dtype=np.float64)
+    total = np.asarray(X.sum(1)).ravel()
+    names = list(adata.var_names)
+    scores = []
+    for genes in MARKERS.values():
+        cols = [names.index(g) for g in genes if g in names]
+        sub = X[:, cols].toarray() / np.maximum(total, 1)[:, None] * 1e4
+        scores.append(np.log1p(sub).mean(1))
+    S = np.stack(scores, 1)
+    order = np.sort(S, 1)
+    best = np.array(list(MARKERS))[S.argmax(1)].astype(object)
+    best[(order[:, -1] < min_score) | (order[:, -1] - order[:, -2] < margin)] = np.nan
+    return best
+
+
+def chemistry_cells(per_batch: int = 300, seed: int = 0):
+    """``per_batch`` cells of each chemistry of the multi-chemistry PBMC set, with marker types."""
+    import anndata as ad
+    import numpy as np
+
+    a = ad.read_h5ad(SHARED / "scrna" / "pbmc_10x_1kv2_1kv3_5prime_2860cells_raw.h5ad")
+    rng = np.random.default_rng(seed)
+    keep = np.concatenate([rng.choice(np.flatnonzero(a.obs["batch"].to_numpy() == b), per_batch, replace=False)
+                           for b in sorted(a.obs["batch"].unique())])
+    a = a[np.sort(keep)].copy()
+    a.obs["cell_type"] = marker_types(a)
+    return a
+
+
+def score(adata, checkpoints: dict[str, str], seeds, *, batch_key: str | None = None,
+          fractions=(0.5, 0.2)) -> list[dict]:
+    import pandas as pd
+
+    import biomjepa as bj
+
+    bj.pp.map_vocab(adata)
+    bj.bench.add_baselines(adata, ["pca"])
+    reps = ["X_pca50"]
+    for name, ck in checkpoints.items():
+        bj.tl.embed(adata, checkpoint=ck, key_added=f"X_{name}")
+        reps.append(f"X_{name}")
+    ann = bj.bench.annotation(adata, label_key="cell_type", use_reps=reps, shots=(5,), seeds=seeds)
+    geo = bj.bench.geometry(adata, use_reps=reps)
+    parts = [ann, geo]
+    if fractions:
+        parts.append(bj.bench.depth_robustness(adata, label_key="cell_type", use_reps=reps, fractions=fractions))
+    if batch_key is not None:
+        parts.append(bj.bench.integration(adata, batch_key=batch_key, label_key="cell_type", use_reps=reps))
+    table = bj.bench.summarize(pd.concat(parts))
+    keep = ["macro_f1", "effective_rank", "depth_nnz", "depth_mean", "nn_label_agreement", "self_match",
+            "relative_shift", "cross_batch_share", "cross_batch_share_within_label", "label_asw", "batch_asw"]
+    return table[table["metric"].isin(keep)].to_dict("records")
+
+
+def max_token_table(adata, checkpoints: dict[str, str]) -> list[dict]:
+    """Per cell type: the commonest winner and the commonest most-expressed gene, with their shares."""
+    import biomjepa as bj
+
+    rows = []
+    for name, ck in checkpoints.items():
+        bj.tl.max_token(adata, groupby="cell_type", checkpoint=ck, key_added="mt")
+        obs = adata.obs
+        for ct, g in obs.groupby("cell_type", observed=True):
+            win = g["mt_gene"].value_counts()
+            top = g["mt_top_expressed"].value_counts()
+            rows.append({
+                "model": name, "cell_type": ct, "n_cells": len(g),
+                "top_winner": win.index[0], "top_winner_share": win.iloc[0] / len(g),
+                "baseline_gene": top.index[0], "baseline_share": top.iloc[0] / len(g),
+                "model_share_of_baseline_gene": float((g["mt_gene"] == top.index[0]).mean()),
+                "winner_is_top_expressed": float(g["mt_is_top_expressed"].mean()),
+            })
+    return rows
+
+
+def main() -> None:
+    import pandas as pd
+
+    import biomjepa as bj
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoints", nargs="+", help="NAME=CHECKPOINT (registry name or directory)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44, 45, 46])
+    p.add_argument("--tag", default="model_card")
+    p.add_argument("--sets", nargs="+", default=["validation", "chemistry", "test"],
+                   choices=["validation", "chemistry", "test"])
+    args = p.parse_args()
+    cks = dict(c.split("=", 1) for c in args.checkpoints)
+    rows = []
+    for which in args.sets:
+        if which == "chemistry":
+            rows += [{"cells": which, **r} for r in score(chemistry_cells(), cks, tuple(args.seeds), batch_key="batch",
+                                                         fractions=())]
+            continue
+        adata = validation_cells() if which == "validation" else bj.datasets.pancreas()
+        rows += [{"cells": which, **r} for r in score(adata, cks, tuple(args.seeds))]
+        if which == "test":
+            mt = pd.DataFrame(max_token_table(adata, cks))
+            print(mt.round(2).to_string(index=False))
+            write_csv(mt.to_dict("records"), f"{args.tag}_max_token.csv")
+    table = pd.DataFrame(rows)
+    wide = table.pivot_table(index=["cells", "rep"], columns=["metric", "setting"], values="mean")
+    print(wide.round(3).to_string())
+    print("wrote", write_csv(rows, f"{args.tag}.csv"))
+
+
+if __name__ == "__main__":
+    main()

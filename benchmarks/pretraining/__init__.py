@@ -1,0 +1,1 @@
+"""Pretraining experiments: objective controls, learning curves, levers, the real-corpus acceptance run."""
