@@ -185,6 +185,21 @@ def test_use_raw_errors_name_the_fix_and_leave_adata_unchanged(counts_adata, tin
     assert "X_biomjepa" not in a.obsm
 
 
+def test_embed_after_mapping_raw_points_to_use_raw(counts_adata, tiny_checkpoint):
+    """``map_vocab(use_raw=True)`` then ``embed()`` without it: the error names use_raw=True (issue 30)."""
+    a = _counts_in_raw(counts_adata)
+    bj.pp.map_vocab(a, use_raw=True)
+    snap = _snapshot(a)
+    with pytest.raises(KeyError, match=r"\.raw\.var has it.*Pass use_raw=True"):
+        bj.tl.embed(a, checkpoint=tiny_checkpoint)
+    _unchanged(a, snap)
+    b = counts_adata.copy()
+    b.raw = b
+    bj.pp.map_vocab(b)  # X mapped, raw not
+    with pytest.raises(KeyError, match=r"adata\.var has it: pass use_raw=False"):
+        bj.tl.embed(b, checkpoint=tiny_checkpoint, use_raw=True)
+
+
 def test_progress_bar_follows_the_setting(mapped, tiny_checkpoint, capsys, monkeypatch):
     monkeypatch.setattr("biomjepa._settings.PROGRESS_DELAY", 0.0)  # a bar at once, however short the run
     assert bj.settings.progress is True  # on by default

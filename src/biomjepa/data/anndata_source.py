@@ -136,7 +136,15 @@ def token_column(adata, key: str = TOKEN_KEY) -> np.ndarray:
     """The ``var`` vocabulary-index column written by :func:`biomjepa.pp.map_vocab` (``.raw.var`` for :class:`RawCounts`)."""
     if key not in adata.var:
         if isinstance(adata, RawCounts):
-            raise KeyError(f"Did not find .raw.var[{key!r}]. Run `bj.pp.map_vocab(adata, use_raw=True)` first.")
+            hint = " (adata.var has it: pass use_raw=False to read X)" if key in adata._adata.var else ""
+            raise KeyError(f"Did not find .raw.var[{key!r}]. Run `bj.pp.map_vocab(adata, use_raw=True)` first{hint}.")
+        raw = getattr(adata, "raw", None)
+        if raw is not None and key in raw.var:
+            raise KeyError(
+                f"Did not find .var[{key!r}], but .raw.var has it: `bj.pp.map_vocab(adata, use_raw=True)` mapped the "
+                "genes of adata.raw. Pass use_raw=True to read the counts there, or run `bj.pp.map_vocab(adata)` to "
+                "read X."
+            )
         raise KeyError(f"Did not find .var[{key!r}]. Run `bj.pp.map_vocab(adata)` first.")
     token = adata.var[key].to_numpy()
     if not np.issubdtype(token.dtype, np.integer):
