@@ -34,3 +34,15 @@ def test_lower_layers_are_reachable_as_attributes():
             "assert biomjepa.data.graph.GeneGraph and biomjepa.nn.inference.map_cells; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_every_named_module_is_an_attribute_after_import_biomjepa():
+    """``biomjepa.model`` (named by the package's own warnings), ``biomjepa.nn.readout``, ``biomjepa.train.graph``
+    and ``biomjepa.cli`` after a plain ``import biomjepa`` (issue 30); unknown names stay AttributeErrors."""
+    code = ("import biomjepa; assert biomjepa.model.write_manifest and biomjepa.nn.readout and "
+            "biomjepa.train.graph and biomjepa.cli.main\n"
+            "for mod, name in ((biomjepa, 'nope'), (biomjepa.nn, 'nope'), (biomjepa.train, 'nope')):\n"
+            "    try:\n        getattr(mod, name)\n    except AttributeError:\n        pass\n"
+            "    else:\n        raise SystemExit(name)\nprint('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

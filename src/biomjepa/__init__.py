@@ -2,7 +2,8 @@
 
 ``import biomjepa as bj`` is light: torch, scanpy and matplotlib are imported only when a
 function that needs them runs. ``bj.pp``, ``bj.tl``, ``bj.pl``, ``bj.train``, ``bj.bench``,
-``bj.datasets`` and ``bj.embed`` (atlas embedding into a zarr store) load on first use, so that
+``bj.datasets``, ``bj.embed`` (atlas embedding into a zarr store), ``bj.model`` and ``bj.cli`` load on
+first use (as do the submodules of ``bj.nn``, ``bj.train`` and ``bj.data``), so that
 importing a lower layer (``biomjepa.model``, ``biomjepa.data``) never loads the AnnData tools.
 """
 
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 from ._settings import settings
 from ._version import __version__
 
-_LAZY = {"pp", "tl", "pl", "train", "bench", "datasets", "nn", "data", "embed"}
+_LAZY = {"pp", "tl", "pl", "train", "bench", "datasets", "nn", "data", "embed", "model", "cli"}
 
 if TYPE_CHECKING:
     from . import bench, datasets, embed, pl, pp, tl, train

@@ -20,3 +20,13 @@ __all__ = [
     "max_winners",
     "naive_linear_attention",
 ]
+
+
+def __getattr__(name: str):
+    """Submodules load on first attribute access (``biomjepa.nn.readout`` after ``import biomjepa``)."""
+    import importlib
+    import pkgutil
+
+    if name in {m.name for m in pkgutil.iter_modules(__path__)}:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

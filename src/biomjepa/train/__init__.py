@@ -12,3 +12,13 @@ from .config import TrainConfig, load_config, preset
 from .loop import pretrain
 
 __all__ = ["TrainConfig", "export", "load_config", "pretrain", "prepare_corpus", "preset"]
+
+
+def __getattr__(name: str):
+    """Submodules load on first attribute access (``biomjepa.train.graph`` after ``import biomjepa``)."""
+    import importlib
+    import pkgutil
+
+    if name in {m.name for m in pkgutil.iter_modules(__path__)}:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
