@@ -125,3 +125,35 @@ def test_yaml_values_of_the_wrong_type_name_file_and_key(tmp_path):
         bj.train.TrainConfig.from_yaml(p)
     # states saved before the key was removed hold max_genes: null, and still load
     assert bj.train.TrainConfig.from_dict({"preset": "tiny", "max_genes": None}) == bj.train.preset("tiny")
+
+
+def test_yaml_a_key_given_twice_is_an_error(tmp_path):
+    """PyYAML keeps the last of two equal keys silently; a config names both lines (issue 30)."""
+    p = tmp_path / "c.yaml"
+    p.write_text("preset: tiny\noptim:\n  lr: 1.0e-3\n  lr: 2.0e-3\n")
+    with pytest.raises(ValueError, match=r"c\.yaml: key 'lr' is given twice \(lines 3 and 4\)"):
+        TrainConfig.from_yaml(p)
+    p.write_text("preset: tiny\noptim:\n  lr: 1.0e-3\noptim:\n  warmup_steps: 3\n")
+    with pytest.raises(ValueError, match=r"key 'optim' is given twice"):
+        TrainConfig.from_yaml(p)
+
+
+def test_yaml_empty_or_malformed_sections(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("preset: tiny\noptim:\n")  # an empty section, not an unknown key
+    assert TrainConfig.from_yaml(p).optim == TrainConfig.from_dict({"preset": "tiny"}).optim
+    p.write_text("preset: tiny\noptim: [1, 2]\n")
+    with pytest.raises(ValueError, match=r"section 'optim' must be a mapping of its keys"):
+        TrainConfig.from_yaml(p)
+
+
+@pytest.mark.parametrize(("text", "where"), [("preset: tiny\noptim:\n  lr: [1\n", "line 4, column 1"),
+                                             ("preset: tiny\n\tsteps: 3\n", "line 2, column 1")])
+def test_yaml_syntax_error_is_a_clear_message(tmp_path, text, where):
+    import yaml
+
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    with pytest.raises(ValueError, match=rf"c\.yaml: not valid YAML at {where}") as err:
+        TrainConfig.from_yaml(p)
+    assert not isinstance(err.value, yaml.YAMLError)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from .config_values import REMOVED_KEYS, check_ranges, coerce
+from .config_values import REMOVED_KEYS, check_ranges, coerce, load_yaml
 from .sections import (
     FLAT,
     SECTIONS,
@@ -121,7 +121,7 @@ class TrainConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainConfig:
         with open(path) as f:
-            d = yaml.safe_load(f) or {}
+            d = load_yaml(f, f"{path}: ") or {}
         if not isinstance(d, dict):
             raise ValueError(f"{path} must hold a YAML mapping of TrainConfig sections.")
         return cls._from_mapping(d, f"{path}: ")
@@ -207,6 +207,11 @@ def _flatten(d: dict, where: str) -> tuple[dict, list[str]]:
     """``{flat key: value}`` from a mapping of sections and/or (deprecated) flat keys; also the flat ones."""
     out, legacy = {}, []
     for key, value in d.items():
+        if key in SECTIONS and value is None:  # `optim:` with nothing under it: an empty section
+            continue
+        if key in SECTIONS and key not in FLAT and not isinstance(value, dict):
+            raise ValueError(f"{where}section {key!r} must be a mapping of its keys (`{key}:` then indented "
+                             f"`key: value` lines), got {type(value).__name__} {value!r}.")
         if key in SECTIONS and isinstance(value, dict) and not (key == "model" and value == {}):
             for name, v in value.items():
                 match = [k for k, (s, n) in FLAT.items() if s == key and n == name]
@@ -246,7 +251,7 @@ def preset(name: str) -> TrainConfig:
     if name not in PRESETS:
         raise ValueError(f"Unknown preset {name!r}; choose one of {PRESETS}.")
     text = resources.files("biomjepa.configs").joinpath(f"{name}.yaml").read_text()
-    return TrainConfig._from_mapping(yaml.safe_load(text) or {}, f"preset {name}: ")
+    return TrainConfig._from_mapping(load_yaml(text, f"preset {name}: ") or {}, f"preset {name}: ")
 
 
 def load_config(config: TrainConfig | dict | str | Path, overrides: list[str] | None = None) -> TrainConfig:

@@ -137,3 +137,32 @@ def _type_name(tp) -> str:
     if tp is dict:
         return "a mapping, e.g. {n_layers: 2}"
     return str(tp)
+
+
+def load_yaml(text, where: str):
+    """Parse a config's YAML ``text`` (a string or a stream) strictly: a key given twice in one mapping is an
+    error (PyYAML keeps the last one silently), and a syntax error is a ``ValueError`` naming ``where``,
+    the line and the column, not a PyYAML traceback."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise ValueError(
+                        f"{where}key {key!r} is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1}); "
+                        "keep one of them."
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"{where}not valid YAML{at}: {err.problem or err.context}.") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"{where}not valid YAML: {err}.") from None
