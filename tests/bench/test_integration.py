@@ -56,3 +56,25 @@ def test_bad_arguments_name_the_argument():
         bj.bench.integration(a, batch_key="one", use_reps="X_mixed")
     with pytest.raises(ValueError, match="n_neighbors"):
         bj.bench.integration(a, batch_key="batch", use_reps="X_mixed", n_neighbors=0)
+
+
+def test_labels_that_cannot_be_scored_are_clear_errors_or_warnings():
+    """batch = label, a single label, labels confounded with batches, a rare type in three batches (issue 30):
+    one message naming the argument, never NaN in the table nor a raw sklearn error."""
+    a = _adata(0.0)
+    with pytest.raises(ValueError, match=r"label_key='batch' is the batch_key"):
+        bj.bench.integration(a, batch_key="batch", label_key="batch", use_reps="X_mixed")
+    a.obs["one"] = "T"
+    with pytest.raises(ValueError, match=r"obs\['one'\] \(label_key\) has a single label.*label_key=None"):
+        bj.bench.integration(a, batch_key="batch", label_key="one", use_reps="X_mixed")
+    a.obs["same"] = a.obs["batch"].map({"v2": "t2", "v3": "t3"})
+    with pytest.warns(UserWarning, match=r"left out: no label of obs\['same'\] has cells from two or more batches"):
+        df = bj.bench.integration(a, batch_key="batch", label_key="same", use_reps="X_mixed")
+    assert set(df["metric"]) == {"cross_batch_share", "label_asw"} and df["value"].notna().all()
+    b = _adata(0.0)
+    b.obs["batch"] = np.array(["a", "b", "c"])[np.arange(b.n_obs) % 3]
+    types = b.obs["type"].to_numpy().copy()
+    types[:3] = "rare"  # three cells, one per batch: no batch silhouette for it, and no sklearn error
+    b.obs["type"] = types
+    df = bj.bench.integration(b, batch_key="batch", label_key="type", use_reps="X_mixed")
+    assert df["value"].notna().all() and "batch_asw" in set(df["metric"])

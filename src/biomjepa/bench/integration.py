@@ -68,17 +68,44 @@ def silhouettes(Z: np.ndarray, labels: np.ndarray, batches: np.ndarray | None, *
     rng = np.random.default_rng(seed)
     idx = np.arange(len(Z)) if len(Z) <= max_cells else np.sort(rng.choice(len(Z), max_cells, replace=False))
     Z, labels = Z[idx], np.asarray(labels)[idx]
-    out = {"label_asw": float((silhouette_samples(Z, labels).mean() + 1) / 2)}
+    out = {"label_asw": float((silhouette_samples(Z, labels).mean() + 1) / 2) if _silhouette_ok(labels) else np.nan}
     if batches is not None:
         batches = np.asarray(batches)[idx]
         per_label = []
         for lab in np.unique(labels):
             m = labels == lab
-            if len(np.unique(batches[m])) < 2 or m.sum() < 3:
+            if not _silhouette_ok(batches[m]):  # silhouettes need 2 .. n - 1 groups
                 continue
             per_label.append(np.mean(1 - np.abs(silhouette_samples(Z[m], batches[m]))))
         out["batch_asw"] = float(np.mean(per_label)) if per_label else float("nan")
     return out
+
+
+def _silhouette_ok(groups: np.ndarray) -> bool:
+    """Whether a silhouette is defined: between 2 and ``n - 1`` distinct groups among ``n`` cells."""
+    return 2 <= len(np.unique(groups)) <= len(groups) - 1
+
+
+def _label_checks(batches: np.ndarray, labels: np.ndarray, n_neighbors: int, label_key: str) -> set[str]:
+    """The label metrics that no group of these cells can give (warned about and left out), or a clear error."""
+    import warnings
+
+    names = np.unique(labels)
+    if len(names) < 2:
+        raise ValueError(f"obs[{label_key!r}] (label_key) has a single label ({names[0]!r}) among the scored cells; "
+                         "label silhouettes need two or more. Pass label_key=None to score batch mixing only.")
+    mixed = [lab for lab in names if len(np.unique(batches[labels == lab])) >= 2]
+    drop = set()
+    if not any((labels == lab).sum() > n_neighbors for lab in mixed):
+        drop.add("cross_batch_share_within_label")
+    if not any(_silhouette_ok(batches[labels == lab]) for lab in mixed):
+        drop.add("batch_asw")
+    if drop:
+        warnings.warn(f"{sorted(drop)} left out: no label of obs[{label_key!r}] has cells from two or more batches "
+                      f"(the within-label share also needs more than n_neighbors={n_neighbors} cells of such a label). "
+                      "Labels that coincide with the batches cannot show mixing within a cell type.", UserWarning,
+                      stacklevel=3)
+    return drop
 
 
 @doc_params
@@ -133,6 +160,9 @@ def integration(
         raise ValueError(f"n_neighbors must be an integer >= 1, got {n_neighbors!r}.")
     if not isinstance(max_cells, (int, np.integer)) or isinstance(max_cells, bool) or max_cells < 2:
         raise ValueError(f"max_cells must be an integer >= 2, got {max_cells!r}.")
+    if label_key is not None and label_key == batch_key:
+        raise ValueError(f"label_key={label_key!r} is the batch_key: pass label_key= the obs column of cell types "
+                         "(mixing is scored within each type), or label_key=None.")
     batches, valid = get_labels(adata, batch_key, arg="batch_key")
     labels = None
     if label_key is not None:
@@ -147,6 +177,7 @@ def integration(
         raise ValueError(f"{len(idx)} cells with a batch{' and a label' if labels is not None else ''}: need more than "
                          f"n_neighbors={n_neighbors}.")
     src = source_kwargs(layer, use_raw, input, library_size_key)
+    drop = _label_checks(batches[idx], labels[idx], int(n_neighbors), label_key) if labels is not None else set()
     reps = resolve_reps(adata, use_reps, baselines, **src, **{"batch_key": batch_key, **(baseline_kwargs or {})})
     setting = f"k={int(n_neighbors)}"
     records = []
@@ -157,6 +188,7 @@ def integration(
             lab = labels[idx]
             m["cross_batch_share_within_label"] = cross_batch_share(Z, b, n_neighbors=int(n_neighbors), groups=lab)
             m.update(silhouettes(Z, lab, b, max_cells=int(max_cells)))
+            m = {k: v for k, v in m.items() if k not in drop}
         records += rows("integration", r, setting, None, m)
     out = frame(records)
     if scib:
