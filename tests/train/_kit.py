@@ -57,3 +57,28 @@ def tiny_config(tmp: Path, **overrides):
     graph = str(tmp / "graph") if (tmp / "graph" / "graph.npz").is_file() else make_graph(tmp)
     base = {"corpus": shards, "cache_dir": str(tmp / "cache"), "graph": graph, "out_dir": str(tmp / "runs")}
     return TrainConfig.from_dict({"preset": "tiny", **base, **overrides})
+
+
+def make_planted_shards(root: Path, *, types: int = 4, cells: int = 256, programme: int = 60,
+                        seed: int = 0) -> list[str]:
+    """Cells with planted structure: each of ``types`` cell types expresses its own ``programme`` genes
+    highly (on top of a shared background of the universe), at depths that vary 4-fold; one shard."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    label = rng.integers(0, types, size=cells)
+    rows = []
+    for t in label:
+        own = np.arange(t * programme, (t + 1) * programme)
+        bg = rng.choice(np.arange(types * programme, UNIVERSE), size=int(rng.integers(40, 120)), replace=False)
+        genes = np.sort(np.r_[own, bg])
+        depth = rng.uniform(1.0, 4.0)
+        counts = np.where(np.isin(genes, own), rng.poisson(12 * depth, genes.size), rng.poisson(2 * depth, genes.size))
+        keep = counts > 0
+        rows.append((genes[keep], counts[keep].astype(np.float32)))
+    indptr = np.r_[0, np.cumsum([len(g) for g, _ in rows])]
+    X = sparse.csr_matrix((np.concatenate([c for _, c in rows]), np.concatenate([g for g, _ in rows]), indptr),
+                          shape=(cells, V))
+    p = root / "planted_0.npz"
+    np.savez(p, data=X.data, indices=X.indices.astype(np.int32), indptr=X.indptr.astype(np.int64),
+             totals=np.asarray(X.sum(1)).ravel() * 1.2, rows=np.arange(cells))
+    return [str(p)]

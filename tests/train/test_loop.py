@@ -105,7 +105,7 @@ def test_embedding_regularizer_is_logged_and_reaches_the_student(tmp_path):
     trainer = loop.Trainer(cfg, loop.init_distributed("cpu"))
     inputs = trainer._micro(next(trainer.batches()), 0)
     model = JEPA.from_train_config(cfg)
-    terms, _ = compute_objective(model, make_teacher(model.student), inputs, torch.zeros(32), cfg.loss, cfg.teacher)
+    terms, _ = compute_objective(model, make_teacher(model.student), inputs, trainer.running, cfg.loss, cfg.teacher)
     terms.total.backward()
     assert float(terms.total.detach()) > 0
     assert model.student.blocks[-1].ffn[2].weight.grad.abs().sum() > 0

@@ -34,7 +34,7 @@ LATEST = "LATEST"
 #: TrainConfig keys a resumed run must share with its saved state (besides the encoder's ModelConfig
 #: and the prepared corpus): what is trained, on what, and the shapes of the saved tensors.
 RESUME_KEYS = ("corpus", "objective", "pred_layers", "pred_heads", "pred_width", "target_centre", "cell_centre",
-               "cell_centre_depth", "target_scale", "teacher_genes", "context_genes")
+               "cell_centre_depth", "depth_residual", "target_std", "target_scale", "teacher_genes", "context_genes")
 
 
 def rng_state() -> dict:

@@ -17,6 +17,7 @@ import torch
 
 from ..data.collate import N_TECH, Batch, collate
 from ..data.tokenize import TokenizedCells
+from .running import depth_covariates
 
 
 @dataclass
@@ -39,6 +40,9 @@ class TrainInputs:
         long / float ``[M]`` vocabulary id and normalized expression of every target gene.
     stats
         coverage (mean ``|∪T|/|O|``), fallback fraction, DMT fallback fraction, token counts.
+    depth
+        float ``[n, 3]``: ``1``, log detected genes and log library size of the whole cell, before any gene
+        budget (:func:`~biomjepa.train.running.depth_covariates`).
     """
 
     teacher: Batch
@@ -51,6 +55,7 @@ class TrainInputs:
     tgt_gene: torch.Tensor
     tgt_value: torch.Tensor
     stats: dict
+    depth: torch.Tensor | None = None
 
     def to(self, device) -> TrainInputs:
         moved = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in self.__dict__.items()}
@@ -82,8 +87,13 @@ def build_inputs(
     objective: str = "block",
     token_cap: int = 64,
     rng: np.random.Generator | None = None,
+    whole: TokenizedCells | None = None,
 ) -> TrainInputs:
-    """Collate one micro-batch for ``objective`` from ``cells`` and their :class:`BlockSample`."""
+    """Collate one micro-batch for ``objective`` from ``cells`` and their :class:`BlockSample`.
+
+    ``whole``: the same cells before any gene budget, whose depth ``inputs.depth`` records (``cells``
+    itself when omitted).
+    """
     n, K = sample.n_cells, sample.n_targets
     teacher = collate(cells, vocab_size)
     student = collate(context_cells(cells, sample.context), vocab_size)
@@ -120,7 +130,12 @@ def build_inputs(
         tgt_gene=torch.as_tensor(cells.genes[flat], dtype=torch.long),
         tgt_value=torch.as_tensor(cells.values[flat], dtype=torch.float32),
         stats=stats,
+        depth=_depth(cells if whole is None else whole),
     )
+
+
+def _depth(cells: TokenizedCells) -> torch.Tensor:
+    return depth_covariates(torch.as_tensor(cells.lengths), torch.as_tensor(cells.library))
 
 
 def _dmt_mask(sample, cells: TokenizedCells, spos: np.ndarray, gene_mask: torch.Tensor) -> torch.Tensor:

@@ -136,11 +136,15 @@ class JEPA(nn.Module):
 def teacher_token_states(teacher: Encoder, inputs, n_units: int, *, norm: bool = False) -> torch.Tensor:
     """Teacher state of every target gene ``[M, D]`` (rows follow ``inputs.tgt_unit``).
 
-    The teacher sees all observed genes (``inputs.teacher``); runs under ``no_grad``. With
-    ``norm=True`` every state is layer-normalized (no affine), as I-JEPA normalizes its targets.
+    The teacher sees every gene of its view of the cell (``inputs.teacher``: all observed genes, or
+    ``data.teacher_genes`` of them under a gene budget); runs under ``no_grad`` and in float32 whatever the
+    autocast around it (bf16 teacher states put errors larger than the target signal into the block means,
+    ``shared/notes/target-diagnostic.md``). With ``norm=True`` every state is layer-normalized (no affine),
+    as I-JEPA normalizes its targets.
     """
     t = inputs.teacher
-    h = teacher(t.gene_ids, t.values, t.mask).float()  # [n, Tt, D]
+    with torch.autocast(t.gene_ids.device.type, enabled=False):
+        h = teacher(t.gene_ids, t.values.float(), t.mask).float()  # [n, Tt, D]
     if norm:
         h = F.layer_norm(h, h.shape[-1:])
     n, T, D = h.shape

@@ -3,7 +3,10 @@
 Per optimizer step ``s``: ``data.accumulation`` micro-batches (block sampling seeded by
 ``block_rng(seed, s, rank, micro)``), gradients averaged over micro-batches and ranks (DDP),
 clipped to ``optim.grad_clip``, AdamW with ``lr_at(s)``, then the teacher EMA with ``momentum_at(s)``
-and the EMA centre with the step's (all-reduced) mean teacher block state.
+and the running target statistics (bias-corrected EMA centre, optional moments and depth fit;
+:mod:`~biomjepa.train.running`) with the step's all-reduced sums. Every step logs the target diagnostics
+of :mod:`~biomjepa.train.health`, whose :class:`~biomjepa.train.health.LearningHealth` warns when the run
+shows that it does not learn.
 
 Documented choices: bf16 autocast on CUDA only (float32 on CPU, which keeps resume bit-exact); a
 NaN/Inf loss or gradient norm on any rank *skips* the step on all ranks (no update, no EMA; counted
@@ -31,12 +34,14 @@ from .blocks import block_rng, sample_blocks
 from .checkpoint import load_latest_state, rng_state, save_state, set_rng_state
 from .config import TrainConfig, load_config
 from .distributed import DistInfo, all_reduce_, all_reduce_mean, barrier, cleanup, init_distributed, wrap_ddp
-from .ema import ema_update, make_teacher, update_centre, update_centre_rows
+from .ema import ema_update, make_teacher
+from .health import DIAG_FIELDS, LearningHealth, effective_rank
 from .inputs import build_inputs
 from .jepa import JEPA
-from .objectives import compute_objective, effective_rank
+from .objectives import compute_objective
 from .resume import check_resume, check_resume_corpus, inputs_record, record_changes
 from .runlock import lock_run_dir, unlock_run_dir
+from .running import KINDS, RunningTargets
 from .schedules import lr_at, momentum_at
 from .setup import (
     check_shapes,
@@ -53,7 +58,7 @@ from .views import gene_budget
 logger = logging.getLogger(__name__)
 LOG_FIELDS = [
     "step", "loss", "align", "cosine", "var", "cov", "recon", "embed_var", "embed_cov", "lr", "momentum", "coverage", "fallback",
-    "dmt_fallback", "effective_rank", "grad_norm", "bad_steps", "cells_per_s", "tokens_per_s",
+    "dmt_fallback", "effective_rank", "grad_norm", "bad_steps", "cells_per_s", "tokens_per_s", *DIAG_FIELDS,
 ]
 #: ``on_checkpoint(step, teacher, run_dir)``: called on rank 0 after every saved state (and at step 0)
 CheckpointHook = Callable[[int, torch.nn.Module, Path], None]
@@ -153,9 +158,10 @@ class Trainer:
         if cfg.model.gene_init == "pca" and fresh:
             init_gene_embedding(self.model, self.corpus, cfg.model, cfg.run.seed, device)
         self.teacher = make_teacher(self.model.student)
-        mc = self.model.config
-        shape = (mc.vocab_size + 2, mc.d_model) if cfg.teacher.target_centre == "gene" else (mc.d_model,)
-        self.centre = torch.zeros(shape, device=device)
+        mc, t = self.model.config, cfg.teacher
+        rows = mc.vocab_size + 2 if t.target_centre == "gene" else None
+        self.running = RunningTargets(mc.d_model, rows, rate=t.centre_rate, device=device, std=t.target_std,
+                                      depth=t.depth_residual)
         self.optimizer = make_optimizer(self.model, cfg.optim)
 
     # ---------------------------------------------------------------- state
@@ -166,7 +172,8 @@ class Trainer:
             "model": self.model.state_dict(),
             "teacher": self.teacher.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "centre": self.centre.detach().cpu(),
+            "centre": self.running.centre.detach().cpu(),
+            "target_stats": self.running.state_dict(),
             "bad_steps": self.bad_steps,
             "rng": rng_state(),
             "config": self.cfg.flat(),  # the flat form: states stay readable by every version
@@ -188,7 +195,7 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.teacher.load_state_dict(state["teacher"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.centre.copy_(state["centre"])
+        self.running.load_state_dict(state.get("target_stats", {"centre": state["centre"]}))
         self.step, self.bad_steps = int(state["step"]), int(state["bad_steps"])
         set_rng_state(state["rng"])
         logger.info("resumed from step %d", self.step)
@@ -220,6 +227,7 @@ class Trainer:
 
         run, loop = self.cfg.run, self.cfg.loop
         log = StepLogger(self.run_dir, LOG_FIELDS, loop, steps=run.steps, enabled=self.info.is_main, start=self.step)
+        health = LearningHealth(self.cfg.optim.warmup_steps)
         data = self.batches()
         saved_at = self.step
         try:
@@ -228,7 +236,10 @@ class Trainer:
                     self._checkpoint_hook()  # the untrained encoder: the start of the probe's trajectory
                 end = min(run.steps, run.stop_at or run.steps)
                 while self.step < end and not self._stop_agreed(stop):
-                    log.write(self.train_step(data))
+                    row = self.train_step(data)
+                    log.write(row)
+                    if self.info.is_main:
+                        health.observe(row)
                     self.step += 1
                     if self.step % loop.checkpoint_every == 0 or self.step == end:
                         self.save()
@@ -260,7 +271,7 @@ class Trainer:
         sample = sample_blocks(cells.indptr, cells.genes, self.graph, cfg.block_config(), rng,
                                vocab_size=self.model.config.vocab_size)
         inputs = build_inputs(cells, sample, self.model.config.vocab_size, objective=cfg.loss.objective,
-                              token_cap=cfg.loss.token_cap, rng=rng).to(info.device)
+                              token_cap=cfg.loss.token_cap, rng=rng, whole=batch.cells).to(info.device)
         if cfg.loop.log_cell_ids:
             with open(self.run_dir / f"cell_ids_rank{info.rank}.txt", "a") as f:
                 np.savetxt(f, np.c_[np.full(len(batch.ids), self.step), batch.ids], fmt="%d")
@@ -272,25 +283,24 @@ class Trainer:
         t0 = time.perf_counter()
         lr, mom = self._schedules()
         self.model.train()
-        scal, csum, ccount, preds, stats = [], None, None, [], []
+        scal, sums, preds, stats = [], {}, [], []
         amp = autocast(info.device, enabled=cfg.loop.bf16)  # the package's one precision choice (bf16 on CUDA)
         for micro in range(cfg.data.accumulation):
             inputs = self._micro(next(data), micro)
             sync = micro == cfg.data.accumulation - 1 or not info.enabled
             with self.ddp.no_sync() if not sync else contextlib.nullcontext(), amp:
-                terms, aux = compute_objective(self.ddp, self.teacher, inputs, self.centre, cfg.loss, cfg.teacher)
+                terms, aux = compute_objective(self.ddp, self.teacher, inputs, self.running, cfg.loss, cfg.teacher)
                 (terms.total / cfg.data.accumulation).backward()
             scal.append(terms.scalars())
             stats.append(inputs.stats)
             preds.append(aux["pred"])
-            if aux["centre_stats"] is not None:
-                s_, c_ = aux["centre_stats"]
-                csum, ccount = (s_, c_) if csum is None else (csum + s_, ccount + c_)
+            for kind, (s_, c_) in aux["stats"].items():
+                sums[kind] = (s_, c_) if kind not in sums else (sums[kind][0] + s_, sums[kind][1] + c_)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
         if self._finite(scal, grad_norm):
             self.optimizer.step()
             ema_update(self.teacher, self.model.student, mom)
-            self._update_centre(csum, ccount)
+            self._update_running(sums)
         self.optimizer.zero_grad(set_to_none=True)
         return self._row(scal, stats, preds, lr, mom, float(grad_norm), time.perf_counter() - t0)
 
@@ -321,27 +331,33 @@ class Trainer:
             )
         return False
 
-    def _update_centre(self, csum, ccount) -> None:
-        """EMA centre from the step's uncentred teacher statistics (all-reduced over ranks).
-
-        Global centre ``[D]``: ``c ← r·c + (1−r)·mean``. Per-gene centre ``[V, D]``: the same
-        update on the rows of the genes that were targets in this step; other rows are unchanged.
-        """
-        if csum is None:
-            if not self.info.enabled:
-                return
-            csum = torch.zeros_like(self.centre)
-            ccount = torch.zeros(self.centre.shape[:-1], device=self.info.device)
-        buf = torch.cat([csum.reshape(-1), ccount.reshape(-1).to(csum.dtype)])
-        all_reduce_(buf, self.info)
-        sums, counts = buf[: csum.numel()].view_as(csum), buf[csum.numel():].view_as(ccount)
-        rate = self.cfg.teacher.centre_rate
-        if self.centre.ndim == 1:
-            if counts > 0:
-                update_centre(self.centre, sums / counts, rate)
+    def _update_running(self, sums: dict) -> None:
+        """Fold the step's target statistics, summed over micro-batches and all-reduced over ranks, into
+        :attr:`running` (every rank then holds the same statistics)."""
+        kinds = [k for k in KINDS if k in sums]
+        if self.info.enabled:  # every rank reduces the same kinds: the config decides which exist
+            kinds = [k for k in KINDS if k == "centre" or getattr(self.running, k) is not None]
+            for k in kinds:
+                if k not in sums:
+                    sums[k] = self._zero_stats(k)
+        if not kinds:
             return
-        seen = counts > 0
-        update_centre_rows(self.centre, seen, sums[seen] / counts[seen, None], rate)
+        parts = [t.reshape(-1).float() for k in kinds for t in sums[k]]
+        buf = torch.cat(parts)
+        all_reduce_(buf, self.info)
+        out, at = {}, 0
+        for k in kinds:
+            s_, c_ = sums[k]
+            out[k] = (buf[at:at + s_.numel()].view_as(s_), buf[at + s_.numel():at + s_.numel() + c_.numel()].view_as(c_))
+            at += s_.numel() + c_.numel()
+        self.running.update(out)
+
+    def _zero_stats(self, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """A rank without units this step contributes zeros of the right shapes."""
+        r, dev = self.running, self.info.device
+        if kind == "centre":
+            return torch.zeros_like(r.centre), torch.zeros(r.centre.shape[:-1], device=dev)
+        return torch.zeros_like(getattr(r, kind)), torch.zeros((), device=dev)
 
     def _row(self, scal, stats, preds, lr, mom, grad_norm, dt) -> dict:
         keys = set().union(*scal)

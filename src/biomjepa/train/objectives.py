@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from .health import target_diagnostics
 from .levers import unit_rms
+from .running import RunningTargets
 from .sections import LossSection, TeacherSection
-from .targets import centred_targets
+from .targets import make_targets
 
 VAR_EPS = 1e-4
 
@@ -99,40 +101,28 @@ def _embedding_regularizer(terms: LossTerms, emb: torch.Tensor | None, cfg: Loss
     terms.extra.update(embed_var=ev.detach(), embed_cov=ec.detach())
 
 
-def effective_rank(z: torch.Tensor) -> float:
-    """``exp(H(λ/Σλ))`` of the covariance eigenvalues ``λ`` of ``z [N, D]`` (NaN when ``N < 2``)."""
-    z = z.detach().float()
-    if z.shape[0] < 2:
-        return float("nan")
-    zc = z - z.mean(0)
-    ev = torch.linalg.eigvalsh(zc.T @ zc / (z.shape[0] - 1)).clamp(min=0)
-    p = ev / ev.sum().clamp(min=1e-12)
-    p = p[p > 0]
-    return float(torch.exp(-(p * p.log()).sum()))
-
-
 def compute_objective(
-    model, teacher, inputs, centre: torch.Tensor, loss: LossSection, targets: TeacherSection
+    model, teacher, inputs, running: RunningTargets, loss: LossSection, targets: TeacherSection
 ) -> tuple[LossTerms, dict]:
-    """One micro-batch: teacher targets → student predictions → loss.
+    """One micro-batch: teacher targets → student predictions → loss, with the target diagnostics.
 
-    ``model`` is a :class:`JEPA` (possibly DDP-wrapped), ``teacher`` its EMA encoder. Returns the
-    :class:`LossTerms` and ``aux``: ``centre_stats`` (sums and counts of the uncentred teacher states
-    that update the EMA centre: ``([D], [])`` for the global centre, ``([V, D], [V])`` for the
-    per-gene centre; ``None`` for the decoder) and ``pred`` (valid predictions, detached).
+    ``model`` is a :class:`JEPA` (possibly DDP-wrapped), ``teacher`` its EMA encoder, ``running`` the
+    run's target statistics. Returns the :class:`LossTerms` (the diagnostics of
+    :func:`~biomjepa.train.health.target_diagnostics` in ``extra``) and ``aux``: ``stats`` (the step's
+    ``{kind: (sums, counts)}`` for :meth:`RunningTargets.update`; ``{}`` for the decoder) and ``pred``
+    (valid predictions, detached).
     """
     if loss.objective == "decoder":
         return _decoder_objective(model, inputs, loss)
     valid = inputs.valid.reshape(-1)
-    target, stats = centred_targets(teacher, inputs, inputs.valid.shape[1], centre, norm=targets.target_norm,
-                                    cell=targets.cell_centre, cell_depth=targets.cell_centre_depth)
+    target, stats, diag = make_targets(teacher, inputs, inputs.valid.shape[1], running, targets)
     target = unit_rms(target[valid]) if targets.target_scale else target[valid]
     pred, emb = _student_predictions(model, inputs, loss)
     terms = jepa_loss(pred[valid], target, loss)
     _embedding_regularizer(terms, emb, loss)
-    if centre.ndim == 1:
-        stats = (stats[valid].sum(0), torch.tensor(float(valid.sum()), device=centre.device))
-    return terms, {"pred": pred[valid].detach(), "centre_stats": stats}
+    cell = torch.arange(inputs.valid.shape[0], device=valid.device).repeat_interleave(inputs.valid.shape[1])[valid]
+    terms.extra.update(target_diagnostics(pred[valid], target, diag["raw"][valid], diag["token_rms"], cell))
+    return terms, {"pred": pred[valid].detach(), "stats": stats}
 
 
 def _student_predictions(model, inputs, loss: LossSection) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -155,4 +145,4 @@ def _decoder_objective(model, inputs, loss: LossSection) -> tuple[LossTerms, dic
     zero = mse.detach() * 0.0
     terms = LossTerms(mse, zero, zero, zero, zero, {"recon": mse.detach()})
     _embedding_regularizer(terms, emb, loss)
-    return terms, {"pred": flat_pred[inputs.valid.reshape(-1)].detach(), "centre_stats": None}
+    return terms, {"pred": flat_pred[inputs.valid.reshape(-1)].detach(), "stats": {}}

@@ -109,6 +109,8 @@ class TeacherSection:
     cell_centre: bool = False  # also subtract each cell's mean (gene-centred) target-token state
     target_scale: bool = False  # measured, not adopted: divide centred block targets by their batch RMS
     cell_centre_depth: bool = False  # measured, not adopted: subtract only the depth-predicted cell level
+    depth_residual: bool = False  # remove the cell level's part predicted by whole-cell depth (running fit)
+    target_std: bool = False  # divide targets by their running per-dimension s.d. (scale cannot shrink away)
 
 
 @dataclass(frozen=True)
