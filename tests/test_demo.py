@@ -9,10 +9,12 @@ import pytest
 
 
 @pytest.mark.slow
-def test_run_demo_clusters_with_leiden(tmp_path, tiny_checkpoint, capsys):
+def test_run_demo_clusters_with_leiden(tmp_path, tiny_checkpoint, capsys, monkeypatch):
     from matplotlib.image import imread
 
     from biomjepa.cli.demo import run_demo
+
+    monkeypatch.setattr("biomjepa._progress.interactive", lambda: True)  # as on a terminal
 
     out = run_demo(tmp_path, checkpoint=tiny_checkpoint, device="cpu")
     assert re.search(r"\d+ Leiden clusters, ARI vs cell type -?\d\.\d\d$", out["message"]), out["message"]

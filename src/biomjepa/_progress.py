@@ -10,7 +10,9 @@ def progress_bar(iterable=None, *, total: int | None = None, desc: str | None = 
 
     Short loops therefore print nothing. In a notebook with ipywidgets the bar is a widget
     (``tqdm.auto``); elsewhere, and in a notebook without ipywidgets (where ``tqdm.auto`` would warn
-    "IProgress not found"), it is tqdm's text bar on stderr.
+    "IProgress not found"), it is tqdm's text bar on stderr. Where stderr is neither a terminal nor a
+    notebook (redirected to a log file, a batch system's output), no bar is drawn: its carriage returns
+    and redraws would only litter the log.
     """
     from ._settings import PROGRESS_DELAY, settings
 
@@ -25,5 +27,17 @@ def progress_bar(iterable=None, *, total: int | None = None, desc: str | None = 
         unit=unit,
         leave=leave,
         delay=PROGRESS_DELAY,
-        disable=not settings.show_progress,
+        disable=not (settings.show_progress and interactive()),
     )
+
+
+def interactive() -> bool:
+    """Whether a progress bar can redraw itself in place: stderr is a terminal, or a Jupyter kernel shows it."""
+    import sys
+
+    try:
+        if sys.stderr is not None and sys.stderr.isatty():
+            return True
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        pass
+    return "ipykernel" in sys.modules

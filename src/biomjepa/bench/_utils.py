@@ -78,12 +78,10 @@ def log_normalize(X) -> np.ndarray:
 
 
 def progress(it: Iterable, *, desc: str, total: int | None = None) -> Iterable:
-    """A tqdm bar shown only when ``bj.settings.show_progress`` (verbosity >= 2)."""
-    from tqdm.auto import tqdm
+    """:func:`biomjepa._progress.progress_bar` (``bj.settings.progress``, on a terminal or in a notebook), not left."""
+    from .._progress import progress_bar
 
-    from .._settings import settings
-
-    return tqdm(it, desc=desc, total=total, disable=not settings.show_progress, leave=False)
+    return progress_bar(it, desc=desc, total=total, leave=False)
 
 
 def rows(task: str, rep: str, setting: str, seed: int | None, metrics: dict[str, float]) -> list[dict]:

@@ -251,6 +251,7 @@ def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, la
     """Embed and write the blocks ``todo``; returns the number of cells embedded."""
     from tqdm.auto import tqdm
 
+    from .._progress import interactive
     from .._settings import settings
     from ..data.stream import iter_tokenized
     from ..nn.inference import embed_cells
@@ -260,7 +261,8 @@ def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, la
     opened: dict[str, object] = {}
     cells = 0
     total = sum(b - a for name, i in todo for a, b in [st.bounds(name)[i]])
-    bar = tqdm(total=total, unit="cell", disable=not settings.show_progress, desc=f"embed rank {rank}")
+    bar = tqdm(total=total, unit="cell", disable=not (settings.show_progress and interactive()),
+               desc=f"embed rank {rank}")
     for k, (name, block) in enumerate(todo):
         if name not in opened:  # one input open at a time
             _close(opened)
