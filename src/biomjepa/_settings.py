@@ -140,6 +140,13 @@ class Settings:
                 "bj.settings.num_threads must be 'auto', a positive integer, or None (keep torch's own "
                 f"setting); got {value!r}."
             )
+        cores = _cpu_cores()
+        if fixed and value > cores:
+            raise ValueError(
+                f"bj.settings.num_threads={value} is more than the {cores} CPU cores this process may use: threads "
+                f"beyond the cores only wait for each other (many times slower). Pass at most {cores}, 'auto' (the "
+                "idle cores) or None."
+            )
         self._num_threads = int(value) if fixed else value
 
     def __repr__(self) -> str:
@@ -151,3 +158,13 @@ class Settings:
 
 
 settings = Settings()
+
+
+def _cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the platform tells it)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -185,6 +185,20 @@ def test_use_raw_errors_name_the_fix_and_leave_adata_unchanged(counts_adata, tin
     assert "X_biomjepa" not in a.obsm
 
 
+def test_no_progress_bar_in_redirected_output(mapped, tiny_checkpoint, capsys, monkeypatch):
+    """stderr redirected to a log (not a terminal, no notebook): no carriage returns nor redraws (issue 30)."""
+    import sys
+
+    from biomjepa._progress import interactive
+
+    monkeypatch.setattr("biomjepa._settings.PROGRESS_DELAY", 0.0)
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    assert not interactive()  # capsys' stderr is no terminal
+    bj.tl.embed(mapped, checkpoint=tiny_checkpoint)
+    err = capsys.readouterr().err
+    assert "embed" not in err and "\r" not in err
+
+
 def test_embed_after_mapping_raw_points_to_use_raw(counts_adata, tiny_checkpoint):
     """``map_vocab(use_raw=True)`` then ``embed()`` without it: the error names use_raw=True (issue 30)."""
     a = _counts_in_raw(counts_adata)
@@ -202,6 +216,7 @@ def test_embed_after_mapping_raw_points_to_use_raw(counts_adata, tiny_checkpoint
 
 def test_progress_bar_follows_the_setting(mapped, tiny_checkpoint, capsys, monkeypatch):
     monkeypatch.setattr("biomjepa._settings.PROGRESS_DELAY", 0.0)  # a bar at once, however short the run
+    monkeypatch.setattr("biomjepa._progress.interactive", lambda: True)  # as on a terminal
     assert bj.settings.progress is True  # on by default
     bj.tl.embed(mapped, checkpoint=tiny_checkpoint)
     assert "embed: 100%" in capsys.readouterr().err
@@ -239,6 +254,12 @@ def test_torch_threads_follow_the_setting_and_are_put_back(mapped, tiny_checkpoi
     for bad in (0, -2, 1.5, True, "all"):
         with pytest.raises(ValueError, match=r"bj\.settings\.num_threads must be 'auto', a positive integer, or None"):
             bj.settings.num_threads = bad
+    from biomjepa._settings import _cpu_cores
+
+    with pytest.raises(ValueError, match=rf"num_threads=4096 is more than the {_cpu_cores()} CPU cores"):
+        bj.settings.num_threads = 4096  # 28x slower on 2 cores (issue 30): refused, the setting kept
+    assert bj.settings.num_threads == "auto"
+    bj.settings.num_threads = _cpu_cores()
 
 
 def test_auto_threads_counts_the_cores_others_leave_idle(monkeypatch):
