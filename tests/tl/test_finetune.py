@@ -196,3 +196,20 @@ def test_missing_labels_are_predicted_not_trained(mapped, tiny_checkpoint):
     split = mapped.obs[f"{KEY}_split"].astype(str).to_numpy()
     assert (split[:5] == "unlabelled").all() and (split[5:] != "unlabelled").all()
     assert mapped.obs[f"{KEY}_prediction"].notna().all()
+
+
+def test_out_dir_is_checked_before_training(mapped, tiny_checkpoint, tmp_path, monkeypatch):
+    """A bad ``out_dir`` is refused before any model is loaded or trained (issue 30), the input unchanged."""
+    from biomjepa.tl import _finetune
+
+    monkeypatch.setattr(_finetune, "fit_head", lambda *a, **k: pytest.fail("trained before checking out_dir"))
+    (tmp_path / "file").write_text("x")
+    before = mapped.copy()
+    kw = dict(label_key="group", checkpoint=tiny_checkpoint, epochs=1, device="cpu")
+    with pytest.raises(ValueError, match=r"out_dir=.*file' is an existing file"):
+        finetune(mapped, out_dir=tmp_path / "file", **kw)
+    with pytest.raises(ValueError, match=r"cannot be created: .*file' is a file"):
+        finetune(mapped, out_dir=tmp_path / "file" / "ft", **kw)
+    with pytest.raises(TypeError, match=r"out_dir must be a directory path"):
+        finetune(mapped, out_dir=3, **kw)
+    assert mapped.obs.equals(before.obs) and KEY not in mapped.uns

@@ -134,6 +134,7 @@ def finetune(
     from ..data.stream import gather
 
     batch_size = _check_args(train_frac, valid_frac, epochs, batch_size)
+    _check_out_dir(out_dir)  # before training, not after it
     lr_head, lr_encoder = check_number("lr_head", lr_head, low=0, low_open=True), check_number("lr_encoder", lr_encoder, low=0)
     weight_decay = check_number("weight_decay", weight_decay, low=0)
     check_copy(adata, copy)
@@ -165,6 +166,23 @@ def finetune(
         result["out_dir"] = str(save_finetuned(model, classes, out_dir, base.info, label_key))
     _write(target, key_added, proba, split, classes, result)
     return adata if copy else None
+
+
+def _check_out_dir(out_dir) -> None:
+    """``out_dir`` is None, or a directory that exists or can be created and written to; a clear error otherwise."""
+    if out_dir is None:
+        return
+    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir):
+        raise TypeError(f"out_dir must be a directory path (str or pathlib.Path) or None, got {out_dir!r}.")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir={str(out)!r} is an existing file, not a directory; pass out_dir= a directory.")
+    base = next(p for p in (out, *out.parents) if p.exists())
+    if not base.is_dir():
+        raise ValueError(f"out_dir={str(out)!r} cannot be created: {str(base)!r} is a file; pass out_dir= a directory.")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ValueError(f"out_dir={str(out)!r} cannot be written: no write permission in {str(base)!r}; pass out_dir= "
+                         "a writable directory.")
 
 
 def _check_args(train_frac: float, valid_frac: float, epochs: int, batch_size: int) -> int:
