@@ -60,3 +60,34 @@ def check_number(name: str, value, *, low: float | None = None, high: float | No
         right = "inf)" if high is None else f"{high:g}" + (")" if high_open else "]")
         raise ValueError(f"`{name}` must be a finite number in {left}, {right}, got {value!r}.")
     return value
+
+
+def check_readout_record(entry, dim: int, where: str) -> None:
+    """A checkpoint's ``readout`` record read strictly: absent (None), or a mapping whose ``standardize`` is a
+    JSON boolean and, when true, whose ``mean`` / ``scale`` are ``dim`` numbers that stay finite in float32
+    (``scale`` at least float32's smallest normal number, so ``x / scale`` cannot overflow). A ``ValueError``
+    naming ``where`` and the key otherwise (``"false"`` as a string was taken as true; a list was read as off)."""
+    import numpy as np
+
+    if entry is None:
+        return
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where} must be a record (a JSON object with 'standardize', 'mean', 'scale'), "
+                         f"got {type(entry).__name__}.")
+    flag = entry.get("standardize", False)
+    if not isinstance(flag, bool):
+        raise ValueError(f"{where}.standardize must be true or false (a JSON boolean), got {flag!r}.")
+    if not flag:
+        return
+    f32 = np.finfo(np.float32)
+    for key in ("mean", "scale"):
+        vals = entry.get(key)
+        if not isinstance(vals, list) or len(vals) != dim:
+            raise ValueError(f"{where}.{key} must be a list of {dim} numbers (the embedding size).")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals):
+            raise ValueError(f"{where}.{key} holds a non-finite or non-numeric value.")
+        if max(abs(v) for v in vals) > f32.max:
+            raise ValueError(f"{where}.{key} holds a value beyond float32's range ({f32.max:.3g}).")
+    if min(entry["scale"]) < f32.tiny:
+        raise ValueError(f"{where}.scale must be > 0 for every feature, and at least {f32.tiny:.3g} (float32's smallest "
+                         "normal number) so that dividing by it stays finite.")

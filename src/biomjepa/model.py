@@ -29,6 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ._checks import check_readout_record
 from ._files import atomic_path, write_text_atomic
 from .data.collate import Batch
 from .nn.config import ModelConfig
@@ -183,7 +184,8 @@ def save_checkpoint(
     encoder = model.encoder if isinstance(model, BiomJEPA) else model
     if readout is None and isinstance(model, BiomJEPA):
         readout = model.readout
-    stats_tensors(readout, encoder.config.embedding_dim, "readout")  # refuse bad statistics before writing
+    check_readout_record(readout, encoder.config.embedding_dim, "readout")  # refuse bad statistics before writing
+    stats_tensors(readout, encoder.config.embedding_dim, "readout")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in encoder.state_dict().items()}
@@ -346,9 +348,14 @@ def load_checkpoint(path: str | os.PathLike, *, name: str | None = None, verify:
     if (path / MANIFEST).is_file():
         info["checkpoint_sha256"] = checkpoint_sha256(path, verify=False)
     try:
+        check_readout_record(meta.get("readout"), config.embedding_dim, f"{path / CONFIG}: readout")
         stats_tensors(meta.get("readout"), config.embedding_dim, f"{path / CONFIG}: readout")
     except ValueError as err:
         raise CheckpointError(f"{err} The checkpoint is corrupted or was edited.") from err
+    bad = [k for k, v in state.items() if not torch.isfinite(v).all()]
+    if bad:
+        raise CheckpointError(f"{path / WEIGHTS} holds NaN or Inf weights (in {len(bad)} tensors, e.g. {bad[0]!r}): "
+                              "its embeddings would not be finite. Export it again from a healthy training state.")
     with torch.random.fork_rng(devices=[]):  # the random init is overwritten: leave the caller's RNG alone
         model = BiomJEPA(config, info, readout=meta.get("readout")).float()
     try:

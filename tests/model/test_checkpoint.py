@@ -327,3 +327,46 @@ CHECKPOINT_ERRORS = {
 def test_bad_checkpoints_refused(which, tool, checkpoints):
     exc, match = CHECKPOINT_ERRORS[which]
     raises_unchanged(make_mapped(), exc, match, TOOLS[tool], checkpoints[which])
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda r: {**r, "standardize": "false"}, r"readout\.standardize must be true or false.*'false'"),
+    (lambda r: [r], r"readout must be a record .*got list"),
+    (lambda r: {**r, "scale": [1e-45] * len(r["scale"])}, r"readout\.scale must be > 0 for every feature, and at least"),
+    (lambda r: {**r, "mean": [1e39] * len(r["mean"])}, r"readout\.mean holds a value beyond float32"),
+])
+def test_readout_record_is_read_strictly(tmp_path, edit, match):
+    """``"standardize": "false"`` was taken as true, a list as no statistics, float32 overflow gave
+    non-finite embeddings silently (issue 30); each is a CheckpointError naming the key."""
+    import numpy as np
+
+    from biomjepa.nn.readout import readout_entry
+
+    m = _model()
+    D = m.config.embedding_dim
+    save_checkpoint(m, tmp_path / "c", readout=readout_entry(np.zeros(D), np.ones(D), n_cells=10, source="test"))
+    meta = json.loads((tmp_path / "c" / CONFIG).read_text())
+    meta["readout"] = edit(meta["readout"])
+    (tmp_path / "c" / CONFIG).write_text(json.dumps(meta))
+    write_manifest(tmp_path / "c", [CONFIG, WEIGHTS])  # consistent files: only the record is wrong
+    with pytest.raises(CheckpointError, match=match):
+        load_checkpoint(tmp_path / "c")
+    with pytest.raises(ValueError, match=match):
+        save_checkpoint(m, tmp_path / "d", readout=meta["readout"])
+    assert not (tmp_path / "d").exists()
+
+
+def test_non_finite_weights_are_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    path = save_checkpoint(_model(), tmp_path / "c")
+    state = load_file(str(path / WEIGHTS))
+    name = sorted(state)[0]
+    state[name][..., 0] = float("nan")
+    save_file(state, str(path / WEIGHTS))
+    meta = json.loads((path / CONFIG).read_text())
+    meta["weights_sha256"] = hashlib.sha256((path / WEIGHTS).read_bytes()).hexdigest()
+    (path / CONFIG).write_text(json.dumps(meta))
+    write_manifest(path, [CONFIG, WEIGHTS])
+    with pytest.raises(CheckpointError, match=rf"NaN or Inf weights .*{name}"):
+        load_checkpoint(path)
