@@ -272,3 +272,24 @@ def test_embed_checks_the_output_path_before_embedding(output, message, tmp_path
         main(["embed", str(src), output.format(tmp=tmp_path)])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_embed_use_raw_reads_the_counts_in_raw_and_speaks_in_flags(counts_adata, tiny_checkpoint, tmp_path, capsys):
+    """``biomjepa embed --use-raw`` (issue 30): the message for counts in .raw names the option, not use_raw=True."""
+    import anndata as ad
+    from scipy import sparse
+
+    X = counts_adata.X.toarray().astype(np.float64)
+    counts_adata.write_h5ad(tmp_path / "counts.h5ad")
+    a = counts_adata.copy()
+    a.raw = a
+    a.X = sparse.csr_matrix(np.log1p(1e4 * X / X.sum(axis=1, keepdims=True)))
+    a.write_h5ad(tmp_path / "in.h5ad")
+    args = ["--checkpoint", tiny_checkpoint, "--device", "cpu"]
+    assert main(["embed", str(tmp_path / "in.h5ad"), str(tmp_path / "o.h5ad"), *args]) == 1
+    err = capsys.readouterr().err
+    assert "pass --use-raw." in err and "use_raw=True" not in err and "map_vocab" not in err
+    assert main(["embed", str(tmp_path / "in.h5ad"), str(tmp_path / "o.h5ad"), "--use-raw", *args]) == 0
+    assert main(["embed", str(tmp_path / "counts.h5ad"), str(tmp_path / "c.h5ad"), *args]) == 0
+    o, c = ad.read_h5ad(tmp_path / "o.h5ad"), ad.read_h5ad(tmp_path / "c.h5ad")
+    np.testing.assert_allclose(o.obsm["X_biomjepa"], c.obsm["X_biomjepa"], rtol=1e-5, atol=1e-6)

@@ -24,6 +24,8 @@ def add_embed_parser(subparsers) -> argparse.ArgumentParser:
                    "be INPUT itself")
     e.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
     e.add_argument("--layer", default=None, help="layer holding raw counts (default: X)")
+    e.add_argument("--use-raw", action="store_true",
+                   help="read the counts from adata.raw (scanpy keeps them there; not with --layer)")
     e.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "lognorm"],
                    help="counts: raw integer counts; lognorm: log1p(normalize_total) values of every gene, checked "
                    "and read as the counts they came from (default: counts)")
@@ -46,7 +48,11 @@ def add_embed_parser(subparsers) -> argparse.ArgumentParser:
 
 #: the library's argument names in messages -> this command's options
 EMBED_FLAGS = {"input='lognorm'": "--input lognorm", "library_size_key= ": "--library-size-key ",
-               "library_size_key=": "--library-size-key ", "library_size_key": "--library-size-key"}
+               "library_size_key=": "--library-size-key ", "library_size_key": "--library-size-key",
+               "Pass use_raw=False": "Drop --use-raw", "pass use_raw=False": "drop --use-raw",
+               ", after mapping its genes with `bj.pp.map_vocab(adata, use_raw=True)`": "",
+               "`bj.pp.map_vocab(adata, use_raw=True)`": "--use-raw", "use_raw=True": "--use-raw",
+               "`layer=`": "--layer", "layer=": "--layer "}
 
 
 def run_embed(args: argparse.Namespace) -> None:
@@ -56,11 +62,12 @@ def run_embed(args: argparse.Namespace) -> None:
     import biomjepa as bj
 
     adata = ad.read_h5ad(args.input)
-    bj.pp.map_vocab(adata, gene_key=args.gene_key, layer=args.layer, species=args.species, id_type=args.id_type)
+    bj.pp.map_vocab(adata, gene_key=args.gene_key, layer=args.layer, use_raw=args.use_raw, species=args.species,
+                    id_type=args.id_type)
     rep = adata.uns["biomjepa"]["vocab"]
     print(f"mapped {rep['n_matched']}/{rep['n_vars']} genes; {rep['count_fraction']:.1%} of counts kept")
-    bj.tl.embed(adata, checkpoint=args.checkpoint, layer=args.layer, batch_size=args.batch_size, device=args.device,
-                input=args.input_kind, library_size_key=args.library_size_key)
+    bj.tl.embed(adata, checkpoint=args.checkpoint, layer=args.layer, use_raw=args.use_raw, batch_size=args.batch_size,
+                device=args.device, input=args.input_kind, library_size_key=args.library_size_key)
     write_h5ad_atomic(adata, args.output)
     print(f"wrote obsm['X_biomjepa'] {adata.obsm['X_biomjepa'].shape} to {args.output}")
 
