@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from ._files import atomic_path
+from ._progress import interactive
 from ._settings import settings
 
 logger = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ def _copy(r, f, url: str, deadline: float) -> None:
     sock = getattr(getattr(r.fp, "raw", None), "_sock", None)  # to shorten each read's timeout near the deadline
     size = r.headers.get("Content-Length")
     with tqdm(total=int(size) if size and size.isdigit() else None, unit="B", unit_scale=True, unit_divisor=1024,
-              desc=url.rsplit("/", 1)[-1], disable=not settings.show_progress, leave=False) as bar:
+              desc=url.rsplit("/", 1)[-1], disable=not (settings.show_progress and interactive()), leave=False) as bar:
         while True:
             timeout = _read_timeout(url, deadline)
             if sock is not None:

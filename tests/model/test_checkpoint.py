@@ -191,6 +191,11 @@ def test_download_progress_follows_the_progress_setting(http_root, tmp_path, cap
     assert f"{WEIGHTS}:" not in capsys.readouterr().err
     monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache2")
     monkeypatch.setattr(type(bj.settings), "show_progress", property(lambda self: True))
+    monkeypatch.setattr("biomjepa._pretrained.interactive", lambda: False)  # redirected output: no bar
+    resolve_checkpoint(f"{url}/tiny#sha256={sha}")
+    assert f"{WEIGHTS}:" not in capsys.readouterr().err
+    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache3")
+    monkeypatch.setattr("biomjepa._pretrained.interactive", lambda: True)  # a terminal or a notebook
     resolve_checkpoint(f"{url}/tiny#sha256={sha}")
     assert f"{WEIGHTS}:" in capsys.readouterr().err  # a tqdm bar per file
 

@@ -15,6 +15,8 @@ import math
 import numpy as np
 import torch
 
+from .._checks import check_readout_record
+
 
 def readout_entry(mean: np.ndarray, scale: np.ndarray, *, n_cells: int, source: str) -> dict:
     """The ``config.json`` ``readout`` record for per-feature ``mean`` and ``scale`` (> 0, finite)."""
@@ -37,6 +39,7 @@ def check_stats(mean, scale, dim: int, where: str) -> None:
 
 def stats_tensors(entry: dict | None, dim: int, where: str) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(mean, scale)`` float32 tensors of a ``readout`` record (``None`` when absent or off)."""
+    check_readout_record(entry, dim, where)
     if not entry or not entry.get("standardize"):
         return None
     check_stats(entry.get("mean"), entry.get("scale"), dim, where)

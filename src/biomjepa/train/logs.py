@@ -42,7 +42,9 @@ class StepLogger:
         if cfg.progress:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=steps, initial=start, desc="pretrain", dynamic_ncols=True)
+            from .._progress import interactive
+
+            self.bar = tqdm(total=steps, initial=start, desc="pretrain", dynamic_ncols=True, disable=not interactive())
         self.every = max(1, cfg.log_every)
 
     def write(self, row: dict) -> None:
