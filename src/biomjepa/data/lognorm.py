@@ -68,31 +68,28 @@ class LogNormalized:
         """Pseudo-counts ``[n, n_vars]`` CSR float64 of log-normalized ``block`` (cells ``rows``), checked."""
         E = _expm1(block, where)
         sums = np.asarray(E.sum(axis=1)).ravel()
-        T = self._target_sum(sums, rows, where)
-        if self._library is None:
-            unit = _smallest_nonzero(E)
-            library = T / unit
-        else:
-            library = self._library[rows]
+        T = self._target_sum(E, sums, rows, where)
+        estimate = T / _smallest_nonzero(E)
+        library = estimate if self._library is None else self._library[rows]
         C = (sparse.diags(library / T) @ E).tocsr()
-        _check_integers(C, rows, where, estimated=self._library is None, key=self._library_key)
+        cell = _first_non_integer(C)
+        if cell is not None:
+            from ._lognorm_messages import integer_message
+
+            raise ValueError(integer_message(E, T, library, estimate, cell, rows, where, self._library_key))
         C.data = np.rint(C.data)  # the counts themselves: tokens then equal those of the raw counts
         C.eliminate_zeros()
         return C
 
-    def _target_sum(self, sums: np.ndarray, rows: slice, where: str) -> float:
+    def _target_sum(self, E: sparse.csr_matrix, sums: np.ndarray, rows: slice, where: str) -> float:
         if self.target_sum is None and len(sums):
             self.target_sum = float(np.median(sums))
         T = self.target_sum
         bad = np.flatnonzero(np.abs(sums - T) > SUM_TOL * T) if T else np.arange(len(sums))
         if len(bad):
-            raise ValueError(
-                f"{where} is not log1p(normalize_total) of these genes with one target sum: the row sums of "
-                f"expm1({where}) should all equal T = {T:.6g}, but cell {rows.start + bad[0]} sums to "
-                f"{sums[bad[0]]:.6g} ({len(bad)} cells in rows {rows.start}..{rows.stop - 1} differ). Genes selected "
-                "after normalizing (e.g. highly variable genes) or per-cell scaling cause this: pass the full "
-                "log-normalized matrix, or raw counts with input='counts'."
-            )
+            from ._lognorm_messages import sum_message
+
+            raise ValueError(sum_message(E, sums, T, bad, rows, where))
         return T
 
 
@@ -101,13 +98,16 @@ def estimate_warning() -> None:
     import warnings
 
     warnings.warn(
-        "input='lognorm' without library_size_key: each cell's library size (the library-size token; the "
-        "gene values do not need it) is estimated as T / the smallest nonzero expm1 value of the cell, i.e. "
-        "assuming the cell has a gene with exactly one count. When the values are then whole multiples of "
-        "it, as checked, the estimate is the true total count of the genes in the matrix; a cell without a "
-        "one-count gene is refused. On the 1,074 bundled pancreas cells the estimate was exact for every "
-        "cell and the embeddings equal those of the raw counts. Pass library_size_key= (e.g. "
-        "'total_counts') to use known library sizes instead.",
+        "input='lognorm' without library_size_key: each cell's library size (the library-size token; the gene "
+        "values do not need it) is estimated as T / the smallest nonzero expm1 value of the cell, i.e. assuming "
+        "the cell has a gene with exactly one count, and the counts this gives are checked to be whole numbers. "
+        "It is the cell's total over the genes in the matrix, as normalize_total counted them (scanpy's "
+        "total_counts may also count genes removed before normalizing). A cell whose smallest count is k > 1 is "
+        "refused unless all its counts are multiples of k (say 2, 4, 6): the values cannot tell those from 1, 2, "
+        "3, and such a cell's estimate is k times too small. Droplet cells nearly always have a one-count gene: "
+        "the estimate equals the total count of every one of the 900 bundled PBMCs and 1,074 pancreas cells. "
+        "Pass library_size_key= (an obs column of total counts, e.g. 'total_counts') to use known library "
+        "sizes instead.",
         UserWarning,
         stacklevel=5,
     )
@@ -127,6 +127,13 @@ class _PseudoCounts:
 
 def _expm1(block, where: str) -> sparse.csr_matrix:
     """``expm1`` of a block as CSR float64, refusing negative (scaled, z-scored) and non-finite values."""
+    if np.dtype(getattr(block, "dtype", np.float64)) == np.float16:
+        raise ValueError(
+            f"{where} is float16: log values stored in half precision keep about 3 significant digits, too few "
+            "to give back the counts they came from (between 4 and 8 they are 0.004 apart, so expm1 is off by up to 0.2%). "
+            "input='lognorm' needs float32 or float64 values: compute them again in float32 (casting float16 "
+            "back does not restore the lost digits), or pass raw counts with input='counts'."
+        )
     X = sparse.csr_matrix(block, dtype=np.float64) if not sparse.issparse(block) else block.tocsr().astype(np.float64)
     if not np.isfinite(X.data).all():
         raise ValueError(f"{where} contains NaN or Inf values; input='lognorm' needs finite log1p(normalize_total) values.")
@@ -149,26 +156,13 @@ def _smallest_nonzero(E: sparse.csr_matrix) -> np.ndarray:
     return out
 
 
-def _check_integers(C: sparse.csr_matrix, rows: slice, where: str, *, estimated: bool, key: str | None) -> None:
-    """Refuse pseudo-counts that are not integers in too many places (not ``log1p(c · T / Σc)``)."""
+def _first_non_integer(C: sparse.csr_matrix) -> int | None:
+    """The first row of ``C`` whose stored values are not integers in more than ``1 - INTEGER_SHARE`` of places."""
     if C.data.size == 0:
-        return
+        return None
     off = (np.abs(C.data - np.rint(C.data)) > INTEGER_TOL).astype(np.int64)
     lengths = np.diff(C.indptr)
     cells = np.flatnonzero(lengths > 0)
     share_off = np.add.reduceat(off, C.indptr[cells]) / lengths[cells]
-    if (share_off <= 1 - INTEGER_SHARE).all():
-        return
-    cell = rows.start + int(cells[np.argmax(share_off > 1 - INTEGER_SHARE)])
-    if estimated:
-        raise ValueError(
-            f"{where} does not look like log1p(c · T / Σc) of integer counts c: in cell {cell}, expm1 values are "
-            "not whole multiples of the smallest one (the estimate of the library size assumes a gene with one "
-            "count). If the values are log-normalized counts, pass library_size_key= naming the obs column of "
-            "library sizes (total counts); if they are scaled or otherwise transformed, pass raw counts."
-        )
-    raise ValueError(
-        f"obs[{key!r}] does not fit {where}: expm1({where}) · library / T is not integer in cell {cell}, so either "
-        f"the column is not each cell's total count over all genes (before any filtering) or {where} is not "
-        "log1p(normalize_total) of counts."
-    )
+    bad = share_off > 1 - INTEGER_SHARE
+    return int(cells[np.argmax(bad)]) if bad.any() else None
