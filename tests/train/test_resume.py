@@ -112,3 +112,17 @@ def test_resume_on_changed_corpus_files_is_refused_unless_allowed(stopped_run, c
     with caplog.at_level(logging.WARNING):
         trainer = _resumed(cfg, allow_resume_mismatch=True)
     assert trainer.step == 2 and "corpus files changed" in caplog.text
+
+
+def test_a_refused_resume_writes_no_changes_log_and_keeps_config_yaml(stopped_run):
+    """Issue 30: allowed mismatches refused later (another architecture) must leave the run directory as it was."""
+    cfg, run_dir = stopped_run
+    config_before = (run_dir / "config.yaml").read_text()
+    d_model = cfg.model_config().d_model
+    with pytest.raises(ValueError, match=r"another architecture.*even with allow_resume_mismatch"):
+        _resumed(cfg, allow_resume_mismatch=True, lr=5e-4,
+                 model_overrides={"d_model": 2 * d_model, "d_ff": 4 * d_model})
+    assert not (run_dir / "changes.log").exists()
+    assert (run_dir / "config.yaml").read_text() == config_before
+    trainer = _resumed(cfg, lr=5e-4)  # the accepted resume records its change, once
+    assert trainer.step == 2 and (run_dir / "changes.log").read_text().count("lr 0.001 → 0.0005") == 1

@@ -128,6 +128,7 @@ class Trainer:
         if saved is not None:
             self._restore(saved)
         self.ddp = wrap_ddp(self.model, self.info)
+        self._record_start()  # only once every check passed: a refused resume leaves the run directory as it was
 
     def _read_saved_state(self) -> dict | None:
         """The latest intact state, checked against this config before the corpus cache or config.yaml change."""
@@ -138,17 +139,19 @@ class Trainer:
         return saved
 
     def _open_data(self, saved: dict | None) -> None:
-        """Open the corpus; record the settings a resume changed and the run's config.yaml."""
+        """Open the corpus; collect the settings a resume changed (recorded by :meth:`_record_start`)."""
         cfg, info = self.cfg, self.info
         self.corpus = open_corpus(cfg, self.run_dir, info)
-        changes = self._changes
         if saved is not None:
-            changes += check_resume_corpus(saved, self.corpus.meta, cfg, self.run_dir)
-        self.config_changes = [*(saved or {}).get("config_changes", []), *changes]
-        if info.is_main:
-            record_changes(self.run_dir, changes)
+            self._changes += check_resume_corpus(saved, self.corpus.meta, cfg, self.run_dir)
+        self.config_changes = [*(saved or {}).get("config_changes", []), *self._changes]
+
+    def _record_start(self) -> None:
+        """Record the settings a resume changed (``changes.log``) and the run's config.yaml."""
+        if self.info.is_main:
+            record_changes(self.run_dir, self._changes)
             with atomic_path(self.run_dir / "config.yaml") as tmp:
-                cfg.to_yaml(tmp)
+                self.cfg.to_yaml(tmp)
 
     def _build_models(self, fresh: bool) -> None:
         """Student + predictor (identical on every rank), EMA teacher, centre and optimiser."""

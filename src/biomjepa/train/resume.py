@@ -63,7 +63,11 @@ def check_resume_corpus(saved: dict, corpus_meta: dict, cfg, run_dir: Path) -> l
 
 
 def record_changes(run_dir: Path, changes: list[dict]) -> None:
-    """Log each change and append it to ``run_dir/changes.log`` (one line each, with the time)."""
+    """Log each change and append it to ``run_dir/changes.log`` (one line each, with the time).
+
+    Call it only once the resume is accepted (every check, including the weights' shapes, passed): a
+    refused resume must leave no record of changes it never made.
+    """
     if not changes:
         return
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
