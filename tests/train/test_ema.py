@@ -4,7 +4,7 @@ import math
 import torch
 
 from biomjepa.nn import Encoder, ModelConfig
-from biomjepa.train.ema import ema_update, make_teacher, update_centre
+from biomjepa.train.ema import ema_update, make_teacher
 from biomjepa.train.schedules import lr_at, momentum_at
 
 
@@ -38,6 +38,36 @@ def test_teacher_no_grad_and_ema():
     ids = torch.randint(0, 50, (2, 5))
     out = teacher(ids, torch.rand(2, 5), torch.ones(2, 5, dtype=torch.bool))
     assert not out.requires_grad
-    c = torch.zeros(3)
-    update_centre(c, torch.ones(3), 0.9)
-    torch.testing.assert_close(c, torch.full((3,), 0.1))
+
+
+
+def test_running_centre_is_bias_corrected_from_the_first_step():
+    """A zero-start EMA holds 0.1 of the first mean after one step at rate 0.9; the corrected centre
+    holds all of it, and after many steps both agree."""
+    from biomjepa.train.running import RunningTargets
+
+    r = RunningTargets(3, None, rate=0.9, device="cpu")
+    r.update({"centre": (torch.full((3,), 4.0), torch.tensor(2.0))})  # mean 2
+    torch.testing.assert_close(r.centre, torch.full((3,), 0.2))
+    torch.testing.assert_close(r.centre_now(), torch.full((3,), 2.0))
+    for _ in range(200):
+        r.update({"centre": (torch.full((3,), 6.0), torch.tensor(2.0))})  # mean 3
+    torch.testing.assert_close(r.centre_now(), torch.full((3,), 3.0))
+
+
+def test_running_statistics_resume_and_old_states():
+    """State round trip; a state saved before the weights existed counts as warmed up (same centre)."""
+    from biomjepa.train.running import RunningTargets
+
+    r = RunningTargets(2, 4, rate=0.5, device="cpu", std=True, depth=True)
+    r.update({"centre": (torch.ones(4, 2), torch.tensor([1.0, 0, 2, 0])),
+              "moments": (torch.tensor([[2.0, 4.0], [8.0, 20.0]]), torch.tensor(2.0)),
+              "depth": (torch.eye(3, 5) * 2, torch.tensor(2.0))})
+    q = RunningTargets(2, 4, rate=0.5, device="cpu", std=True, depth=True)
+    q.load_state_dict(r.state_dict())
+    torch.testing.assert_close(q.centre_now(), r.centre_now())
+    torch.testing.assert_close(q.scale_now(), r.scale_now())
+    torch.testing.assert_close(r.scale_now(), torch.tensor([3.0, 6.0]).sqrt())  # E[t²] − E[t]² = 4 − 1, 10 − 4
+    old = RunningTargets(2, None, rate=0.9, device="cpu")
+    old.load_state_dict({"centre": torch.tensor([0.5, -1.0])})
+    torch.testing.assert_close(old.centre_now(), torch.tensor([0.5, -1.0]))

@@ -118,14 +118,16 @@ def test_centred_targets_global_and_per_gene(setup):
         (inp.tgt_unit // K * h.shape[1] + inp.tgt_pos)[inp.tgt_gene == g0]].mean(0))
 
 
-def test_update_centre_rows_only_touches_seen_genes():
-    from biomjepa.train.ema import update_centre_rows
+def test_per_gene_running_centre_only_touches_seen_genes():
+    from biomjepa.train.running import RunningTargets
 
-    c = torch.ones(5, 3)
-    seen = torch.tensor([False, True, False, True, False])
-    update_centre_rows(c, seen, torch.zeros(2, 3), 0.9)
-    torch.testing.assert_close(c[seen], torch.full((2, 3), 0.9))
-    torch.testing.assert_close(c[~seen], torch.ones(3, 3))
+    r = RunningTargets(3, 5, rate=0.9, device="cpu")
+    r.centre.fill_(0.9)
+    r.centre_w.fill_(0.9)  # every row warmed up to 1.0
+    seen = torch.tensor([0.0, 2, 0, 1, 0])
+    r.update({"centre": (torch.zeros(5, 3), seen)})
+    torch.testing.assert_close(r.centre_now()[seen > 0], torch.full((2, 3), 0.81 / 0.91))
+    torch.testing.assert_close(r.centre_now()[seen == 0], torch.ones(3, 3))
 
 
 def test_cell_centred_targets_drop_the_cells_level(setup):

@@ -95,3 +95,57 @@ def test_truncated_latest_state_falls_back_with_a_warning(tmp_path):
     with pytest.raises(ValueError, match=r"No training state .* can be read.*step_00000001\.pt"):
         load_latest_state(tmp_path)
     assert load_latest_state(tmp_path / "elsewhere") is None
+
+
+# -- issue 30: a full disk while saving a state is a clear error naming the directory and the fix ----------
+def _full_disk(state, tmp):
+    import errno
+
+    Path(tmp).write_bytes(b"PK partly written")
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_disk_full_while_saving_a_state_names_the_directory_and_the_fix(tmp_path, monkeypatch):
+    import errno
+
+    import biomjepa.train.checkpoint as ck
+
+    save_state(tmp_path, {"step": 1, "w": torch.zeros(3)})
+    monkeypatch.setattr(ck, "_write_state", _full_disk)
+    with pytest.raises(OSError, match=rf"No space left to write the training state of step 2 in "
+                                      rf"{tmp_path / 'checkpoints'} \(it is full: [\d,]+ MB free\)\. "
+                                      r"step_00000001\.pt is intact.*keep_checkpoints.*out_dir.*resume") as err:
+        save_state(tmp_path, {"step": 2, "w": torch.ones(3)})
+    assert err.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["LATEST", "step_00000001.pt"]
+    assert load_state(ck.latest_state(tmp_path))["step"] == 1
+
+
+def test_the_state_writer_reports_a_full_disk_as_oserror(tmp_path):
+    """torch.save given a path turns ENOSPC into `[enforce fail at inline_container.cc] unexpected pos`;
+    the writer hands torch an open file, so the OSError itself comes through (/dev/full: always ENOSPC)."""
+    import errno
+
+    from biomjepa.train.checkpoint import _write_state
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    with pytest.raises(OSError) as err:
+        _write_state({"w": torch.zeros(100_000)}, Path("/dev/full"))
+    assert err.value.errno == errno.ENOSPC
+
+
+def test_training_on_a_full_disk_stops_with_the_clear_error_and_resumes(tmp_path, monkeypatch):
+    from _kit import tiny_config
+
+    import biomjepa.train.checkpoint as ck
+    from biomjepa.train import pretrain
+
+    cfg = tiny_config(tmp_path, run_name="full", steps=3, checkpoint_every=1)
+    write = ck._write_state
+    monkeypatch.setattr(ck, "_write_state", lambda state, tmp: (_full_disk if state["step"] == 2 else write)(state, tmp))
+    with pytest.raises(OSError, match=r"No space left to write the training state of step 2 .*step_00000001\.pt is intact"):
+        pretrain(cfg)
+    monkeypatch.setattr(ck, "_write_state", write)  # space freed: the same command resumes from step 1
+    run_dir = pretrain(cfg)
+    assert load_state(ck.latest_state(run_dir))["step"] == 3

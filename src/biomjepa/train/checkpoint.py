@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._files import atomic_dir, atomic_path, write_text_atomic
+from .._files import atomic_dir, atomic_path, no_space_error, write_text_atomic
 
 logger = logging.getLogger(__name__)
 LATEST = "LATEST"
@@ -72,13 +72,36 @@ def save_state(run_dir: str | os.PathLike, state: dict, *, keep: int = 2) -> Pat
     ckdir = Path(run_dir) / "checkpoints"
     ckdir.mkdir(parents=True, exist_ok=True)
     path = ckdir / f"step_{int(state['step']):08d}.pt"
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
-    write_text_atomic(ckdir / LATEST, path.name)
+    try:
+        with atomic_path(path) as tmp:
+            _write_state(state, tmp)
+        write_text_atomic(ckdir / LATEST, path.name)
+    except OSError as err:
+        full = no_space_error(err, ckdir, what=f"the training state of step {state['step']}", fix=_resume_fix(run_dir, keep))
+        if full is None:
+            raise
+        raise full from err
     old = sorted(ckdir.glob("step_*.pt"))[:-keep] if keep > 0 else []
     for p in old:
         p.unlink(missing_ok=True)
     return path
+
+
+def _write_state(state: dict, tmp: Path) -> None:
+    """``torch.save`` into an open file: a write error is the ``OSError`` itself (ENOSPC for a full disk),
+    where torch given a path reports ``[enforce fail at inline_container.cc] unexpected pos``."""
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+
+
+def _resume_fix(run_dir, keep: int) -> str:
+    """What to do after a state could not be written: which state is intact, and how to go on."""
+    previous = latest_state(run_dir)
+    kept = f"{previous.name} is intact" if previous is not None else "No earlier state was saved"
+    kept_there = f"its last {keep} states: lower keep_checkpoints" if keep > 0 else "every state: set keep_checkpoints"
+    return (f"{kept} (a partly written state is never kept). Free space on that disk (the run keeps {kept_there}), "
+            f"or move {Path(run_dir)} to a larger disk and point out_dir there; then run the same command again to "
+            "resume.")
 
 
 def latest_state(run_dir: str | os.PathLike) -> Path | None:

@@ -76,6 +76,9 @@ class TrainConfig:
         if t.cell_centre and t.cell_centre_depth:
             raise ValueError("teacher.cell_centre and teacher.cell_centre_depth exclude each other: the first removes the "
                              "whole cell level, the second only its depth-predicted part; set one of them.")
+        if t.depth_residual and (t.cell_centre or t.cell_centre_depth):
+            raise ValueError("teacher.depth_residual removes the depth-predicted part of each cell's level, which "
+                             "teacher.cell_centre / cell_centre_depth already remove; set one of them.")
         for name in ("cell_centre", "cell_centre_depth"):
             if getattr(t, name) and t.target_centre != "gene":
                 raise ValueError(f"teacher.{name}=True needs teacher.target_centre='gene' (it centres per-gene-centred "

@@ -1,4 +1,4 @@
-"""The EMA teacher and the EMA centre of the targets."""
+"""The EMA teacher (the targets' running statistics, centre included, are in :mod:`~biomjepa.train.running`)."""
 
 from __future__ import annotations
 
@@ -27,23 +27,3 @@ def ema_update(teacher: nn.Module, student: nn.Module, momentum: float) -> None:
     for tb, sb in zip(teacher.buffers(), student.buffers()):
         if tb.is_floating_point():
             tb.mul_(momentum).add_(sb.detach(), alpha=1.0 - momentum)
-
-
-@torch.no_grad()
-def update_centre(centre: torch.Tensor, batch_mean: torch.Tensor, rate: float) -> torch.Tensor:
-    """``c ← rate · c + (1 − rate) · mean(targets)`` (DINO-style), in place; returns ``centre``.
-
-    ``batch_mean`` is the mean of the *uncentred* teacher block states of the step (all-reduced
-    across ranks by the loop so every rank keeps the same centre).
-    """
-    return centre.mul_(rate).add_(batch_mean.to(centre.dtype), alpha=1.0 - rate)
-
-
-@torch.no_grad()
-def update_centre_rows(centre: torch.Tensor, rows: torch.Tensor, means: torch.Tensor, rate: float) -> torch.Tensor:
-    """Per-gene centre: ``c_g ← rate · c_g + (1 − rate) · mean_g`` for the genes ``rows`` (bool ``[V]``).
-
-    A gene's first update starts from zero, like the global centre at step 0.
-    """
-    centre[rows] = centre[rows] * rate + means.to(centre.dtype) * (1.0 - rate)
-    return centre

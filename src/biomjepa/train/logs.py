@@ -7,6 +7,7 @@ import logging
 import math
 from pathlib import Path
 
+from .._files import no_space_error
 from .sections import LoopSection
 
 logger = logging.getLogger(__name__)
@@ -51,8 +52,16 @@ class StepLogger:
         if not self.enabled:
             return
         if row["step"] % self.every == 0:
-            self.writer.writerow({k: row.get(k, "") for k in self.fields})
-            self.file.flush()
+            try:
+                self.writer.writerow({k: row.get(k, "") for k in self.fields})
+                self.file.flush()
+            except OSError as err:
+                full = no_space_error(err, Path(self.file.name).parent, what=f"the log of step {row['step']} (log.csv)",
+                                      fix="Free space on that disk, or move the run to a larger one and point out_dir "
+                                      "there; then run the same command again to resume from the last saved state.")
+                if full is None:
+                    raise
+                raise full from err
         if self.tb is not None:
             for k, v in row.items():
                 if k != "step" and isinstance(v, float) and math.isfinite(v):
