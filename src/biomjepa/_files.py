@@ -18,6 +18,7 @@ exclusive holder writes into the lock file: pid, host and command). Platforms wi
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -78,6 +79,22 @@ def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk, an exhausted quota
+
+
+def no_space_error(err: BaseException, directory: str | os.PathLike, *, what: str, fix: str) -> OSError | None:
+    """When ``err`` is a full disk or quota, an ``OSError`` (same ``errno``) saying so in words: the
+    ``directory`` written to, its free space, ``what`` could not be written and ``fix``; else ``None``."""
+    if not isinstance(err, OSError) or err.errno not in NO_SPACE:
+        return None
+    try:
+        free = f"{shutil.disk_usage(directory).free / 1e6:,.0f} MB free"
+    except OSError:
+        free = "free space unknown"
+    kind = "its quota is exhausted" if err.errno == errno.EDQUOT else "it is full"
+    return OSError(err.errno, f"No space left to write {what} in {directory} ({kind}: {free}). {fix}")
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ def test_tensorboard_fallback_warns(tmp_path, monkeypatch, caplog):
 
 def test_a_full_disk_while_logging_names_the_file_and_the_fix(tmp_path):
     """Issue 30: ENOSPC writing log.csv is one clear error naming the run directory, not a bare errno."""
+    import csv
     import errno
 
     import pytest
@@ -37,7 +38,7 @@ def test_a_full_disk_while_logging_names_the_file_and_the_fix(tmp_path):
         def write(self, text):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    log.writer.writer = __import__("csv").writer(Full())
+    log.writer.writer = csv.writer(Full())  # what DictWriter writes through
     log.file = Full()
     with pytest.raises(OSError, match=rf"No space left to write the log of step 0 \(log\.csv\) in {tmp_path} "
                                       r"\(it is full.*run the same command again to resume") as err:
