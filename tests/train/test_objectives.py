@@ -4,11 +4,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from biomjepa.train.health import effective_rank
 from biomjepa.train.objectives import (
     alignment,
     cosine_term,
     covariance_penalty,
-    effective_rank,
     jepa_loss,
     variance_hinge,
 )

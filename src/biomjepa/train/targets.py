@@ -94,7 +94,7 @@ def make_targets(teacher: Encoder, inputs, n_units: int, running: RunningTargets
     """
     valid = inputs.valid.reshape(-1)
     states = teacher_token_states(teacher, inputs, n_units, norm=cfg.target_norm)
-    targets, cstats = centred_targets(teacher, inputs, n_units, running.centre_now(), cell=cfg.cell_centre,
+    targets, cstats = centred_targets(teacher, inputs, n_units, _centre(running, states, inputs), cell=cfg.cell_centre,
                                       cell_depth=cfg.cell_centre_depth, states=states)
     if running.centre.ndim == 1:  # global centre: the statistics are the uncentred unit means
         cstats = (cstats[valid].sum(0), valid.sum().to(cstats.dtype))
@@ -110,6 +110,27 @@ def make_targets(teacher: Encoder, inputs, n_units: int, running: RunningTargets
             scale = t.std(0, correction=0).clamp(min=1e-6) if t.shape[0] > 1 else torch.ones_like(t[0])
         targets = targets / scale
     return targets, stats, {"raw": raw, "token_rms": float(states.pow(2).mean().sqrt()) if states.numel() else 0.0}
+
+
+def _centre(running: RunningTargets, states: torch.Tensor, inputs) -> torch.Tensor:
+    """The running centre, with what the run has not seen yet (the first step; a gene's first time as a
+    target) taken from this micro-batch itself, so no target is ever uncentred."""
+    centre = running.centre_now()
+    if centre.ndim == 1:
+        if float(running.centre_w) > 0:
+            return centre
+        valid = inputs.valid.reshape(-1)
+        means, _ = unit_means(states, inputs.tgt_unit, valid.numel())
+        return means[valid].mean(0) if bool(valid.any()) else centre
+    gene = inputs.tgt_gene
+    if not bool((running.centre_w[gene] <= 0).any()):
+        return centre
+    sums = torch.zeros_like(centre).index_add_(0, gene, states)
+    counts = torch.bincount(gene, minlength=centre.shape[0])
+    new = (running.centre_w <= 0) & (counts > 0)
+    centre = centre.clone()
+    centre[new] = sums[new] / counts[new, None].to(sums.dtype)
+    return centre
 
 
 def _depth_residual(targets: torch.Tensor, inputs, n_units: int, running: RunningTargets):
