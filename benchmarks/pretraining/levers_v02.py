@@ -6,18 +6,21 @@ with only the variant's keys, ``steps`` and the run name changed; the training l
 validation probe (held-out sorted PBMC) at step 0 and at every checkpoint, for every readout, so the
 table is the effective-rank / depth / F1 trajectory of each variant (the paper's Fig. 2b/3 at mini scale).
 
-    python benchmarks/pretrain_levers.py --steps 400 --out /tmp/bj_levers [--variants v0.1-recipe ...]
+    python benchmarks/pretraining/levers_v02.py --steps 400 --out /tmp/bj_levers [--variants v0.1-recipe ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
-from _common import write_csv
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks._common import write_csv  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
 V01 = ["gene_init=random", "cell_centre=false", "target_norm=true"]
 VARIANTS = {
     "v0.1-recipe": V01,

@@ -1,0 +1,129 @@
+"""What a user gets with scanpy's defaults on ``X_biomjepa``, next to the standard scanpy path (issue 29).
+
+For each cell set: ``sc.pp.neighbors(adata, use_rep=...)`` with its defaults (15 neighbours, Euclidean),
+then ``sc.tl.leiden(flavor="igraph", n_iterations=2, directed=False)`` at resolution 1 (seed 0); ARI and NMI
+against the annotation. The standard path on the same cells: ``normalize_total``, ``log1p`` (skipped where X
+is already log-normalized), 2,000 highly variable genes, PCA-50, the same neighbours and Leiden.
+
+Cell sets: the validation cells (1,072 held-out sorted PBMCs: what the readout transform is chosen on), the
+900 multi-chemistry PBMCs (``bj.datasets.pbmc_chemistries()``, marker-derived coarse types), the test cells
+(``bj.datasets.pancreas()``, reported only).
+
+``--readout-candidates`` also scores fixed linear maps of a checkpoint's raw readout measured on a sample of
+its own training corpus (the corpus files its config names; never the cells being embedded): per-feature
+standardization and ZCA whitening (shrunk towards the identity), next to the cells' own standardization as
+a reference that a shipped checkpoint cannot use.
+
+    python benchmarks/evaluation/scanpy_defaults.py NAME=CHECKPOINT [...] [--readout-candidates CHECKPOINT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
+
+from benchmarks._common import write_csv
+
+
+def leiden_scores(Z: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Leiden ARI / NMI with scanpy's default neighbour graph on ``Z``."""
+    import anndata as ad
+    import scanpy as sc
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    a = ad.AnnData(np.zeros((len(Z), 1), np.float32))
+    a.obsm["Z"] = np.asarray(Z, np.float32)
+    sc.pp.neighbors(a, use_rep="Z", random_state=0)
+    sc.tl.leiden(a, flavor="igraph", n_iterations=2, directed=False, random_state=0)
+    c = a.obs["leiden"].to_numpy()
+    return {"leiden_ari": float(adjusted_rand_score(labels, c)), "leiden_nmi": float(normalized_mutual_info_score(labels, c)),
+            "n_clusters": len(set(c))}
+
+
+def standard_path(adata, *, lognorm: bool) -> np.ndarray:
+    """PCA-50 of 2,000 HVGs of the log-normalized cells (scanpy's standard path)."""
+    import scanpy as sc
+
+    a = adata.copy()
+    if not lognorm:
+        sc.pp.normalize_total(a)
+        sc.pp.log1p(a)
+    sc.pp.highly_variable_genes(a, n_top_genes=2000)
+    sc.pp.pca(a, n_comps=50, mask_var="highly_variable", random_state=0)
+    return a.obsm["X_pca"]
+
+
+def cell_sets() -> dict:
+    """``{name: (adata, labels, lognorm)}`` of the validation, chemistry and test cells."""
+    import biomjepa as bj
+    from benchmarks.evaluation.model_card_eval import marker_types, validation_cells
+
+    val = validation_cells()
+    chem = bj.datasets.pbmc_chemistries()
+    chem.obs["cell_type"] = marker_types(chem)
+    chem = chem[chem.obs["cell_type"].notna().to_numpy()].copy()
+    test = bj.datasets.pancreas()
+    return {"validation_pbmc": (val, val.obs["cell_type"].astype(str).to_numpy(), False),
+            "chemistries_pbmc": (chem, chem.obs["cell_type"].astype(str).to_numpy(), True),
+            "test_pancreas": (test, test.obs["cell_type"].astype(str).to_numpy(), False)}
+
+
+def embed(adata, checkpoint: str, *, lognorm: bool) -> np.ndarray:
+    import biomjepa as bj
+
+    a = adata.copy()
+    bj.pp.map_vocab(a)
+    kw = {"input": "lognorm"} if lognorm else {}
+    bj.tl.embed(a, checkpoint=checkpoint, **kw)
+    return a.obsm["X_biomjepa"]
+
+
+def main() -> None:
+    import pandas as pd
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="*", help="NAME=CHECKPOINT (a registry name or a directory)")
+    p.add_argument("--readout-candidates", default=None, help="checkpoint without readout whose candidates to score")
+    p.add_argument("--corpus-cells", type=int, default=4096)
+    p.add_argument("--csv", default="scanpy_defaults.csv")
+    args = p.parse_args()
+    rows = []
+    sets = cell_sets()
+    for name, (adata, labels, lognorm) in sets.items():
+        rows.append({"cells": name, "representation": "standard scanpy path (HVG 2000, PCA-50)",
+                     **leiden_scores(standard_path(adata, lognorm=lognorm), labels)})
+        for spec in args.models:
+            label, ckpt = spec.split("=", 1)
+            rows.append({"cells": name, "representation": label, **leiden_scores(embed(adata, ckpt, lognorm=lognorm), labels)})
+        if args.readout_candidates:
+            rows += candidate_rows(name, adata, labels, lognorm, args.readout_candidates, args.corpus_cells)
+        print(pd.DataFrame(rows).round(3).to_string(index=False), flush=True)
+    write_csv(rows, args.csv)
+
+
+_CORPUS: dict = {}
+
+
+def candidate_rows(name, adata, labels, lognorm, ckpt, n_cells) -> list[dict]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from fix_readout import corpus_embeddings, readout_maps
+
+    if ckpt not in _CORPUS:
+        _CORPUS[ckpt] = readout_maps(corpus_embeddings(ckpt, n_cells))
+    Z = embed(adata, ckpt, lognorm=lognorm)
+    rows = [{"cells": name, "representation": f"{ckpt} raw readout", **leiden_scores(Z, labels)}]
+    for kind, fn in _CORPUS[ckpt].items():
+        rows.append({"cells": name, "representation": f"{ckpt} + corpus {kind}", **leiden_scores(fn(Z), labels)})
+    own = (Z - Z.mean(0)) / np.maximum(Z.std(0), 1e-6)
+    rows.append({"cells": name, "representation": f"{ckpt} + the cells' own standardization (reference)",
+                 **leiden_scores(own, labels)})
+    return rows
+
+
+if __name__ == "__main__":
+    main()
