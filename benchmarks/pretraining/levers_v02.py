@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
-from benchmarks._common import write_csv  # noqa: E402
+from benchmarks._common import write_csv
 
 REPO = Path(__file__).resolve().parents[2]
 V01 = ["gene_init=random", "cell_centre=false", "target_norm=true"]
