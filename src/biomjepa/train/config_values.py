@@ -21,6 +21,7 @@ RANGES: dict[str, tuple] = {
     "lambda_cos": (0, None, True, None), "lambda_var": (0, None, True, None), "lambda_cov": (0, None, True, None),
     "var_gamma": (0, None, True, None), "lambda_embed_var": (0, None, True, None),
     "lambda_embed_cov": (0, None, True, None), "token_cap": (1, None, True, None),
+    "lambda_state_var": (0, None, True, None), "lambda_state_cov": (0, None, True, None), "state_gamma": (0, None, True, None),
     "momentum_start": (0, 1, True, True), "momentum_end": (0, 1, True, True), "centre_rate": (0, 1, True, True),
     "lr": (0, None, False, None), "min_lr": (0, None, True, None), "warmup_steps": (0, None, True, None),
     "weight_decay": (0, None, True, None), "beta1": (0, 1, True, False), "beta2": (0, 1, True, False),

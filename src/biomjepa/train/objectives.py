@@ -86,6 +86,19 @@ def jepa_loss(pred: torch.Tensor, target: torch.Tensor, cfg: LossSection) -> Los
     return LossTerms(total, align.detach(), cos.detach(), var.detach(), cov.detach())
 
 
+def _state_regularizer(terms: LossTerms, state: torch.Tensor | None, cfg: LossSection) -> None:
+    """VICReg terms on the student encoder's per-cell mean token state ``[n, D]`` across the cells of the
+    micro-batch: ``λ_sv · L_var(state; γ_s) + λ_sc · L_cov(state)``. The teacher is an EMA of this encoder,
+    so this keeps the cell-to-cell variation the targets are made of from shrinking away, and spreads it
+    over many directions. Added to ``terms.total`` in place."""
+    if state is None:
+        return
+    state = state.float()
+    sv, sc = variance_hinge(state, cfg.state_gamma), covariance_penalty(state)
+    terms.total = terms.total + cfg.lambda_state_var * sv + cfg.lambda_state_cov * sc
+    terms.extra.update(state_var=sv.detach(), state_cov=sc.detach(), state_sd=state.std(0).mean().detach())
+
+
 def _embedding_regularizer(terms: LossTerms, emb: torch.Tensor | None, cfg: LossSection) -> None:
     """Optional VICReg terms on the student's pooled cell embedding ``emb [n, 2D]`` (our addition).
 
@@ -119,17 +132,22 @@ def compute_objective(
     target = unit_rms(target[valid]) if targets.target_scale else target[valid]
     pred, emb = _student_predictions(model, inputs, loss)
     terms = jepa_loss(pred[valid], target, loss)
-    _embedding_regularizer(terms, emb, loss)
+    if loss.lambda_state_var > 0 or loss.lambda_state_cov > 0:
+        _state_regularizer(terms, emb, loss)
+    else:
+        _embedding_regularizer(terms, emb, loss)
     cell = torch.arange(inputs.valid.shape[0], device=valid.device).repeat_interleave(inputs.valid.shape[1])[valid]
     terms.extra.update(target_diagnostics(pred[valid], target, diag["raw"][valid], diag["token_rms"], cell))
     return terms, {"pred": pred[valid].detach(), "stats": stats}
 
 
 def _student_predictions(model, inputs, loss: LossSection) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The predictor's unit states ``[n·U, D]`` and, when the embedding terms are on, the pooled context."""
-    reg = loss.lambda_embed_var > 0 or loss.lambda_embed_cov > 0
+    """The predictor's unit states ``[n·U, D]`` and, when the embedding or state terms are on, the student's
+    pooled context (``[n, 2D]``) or its per-cell mean token state (``[n, D]``)."""
+    state = loss.lambda_state_var > 0 or loss.lambda_state_cov > 0
+    reg = "mean" if state else (loss.lambda_embed_var > 0 or loss.lambda_embed_cov > 0)
     out = model(inputs, with_embedding=reg)
-    pred, emb = out if reg else (out, None)  # [n, U, D], [n, 2D]
+    pred, emb = out if reg else (out, None)
     return pred.reshape(-1, pred.shape[-1]), emb
 
 

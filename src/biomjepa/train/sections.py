@@ -90,6 +90,9 @@ class LossSection:
     lambda_embed_var: float = 0.0  # VICReg variance hinge on the student's pooled cell embedding
     lambda_embed_cov: float = 0.0  # VICReg covariance penalty on the student's pooled cell embedding
     token_cap: int = 64
+    lambda_state_var: float = 0.0  # VICReg variance hinge on the student's per-cell mean token state, over cells
+    lambda_state_cov: float = 0.0  # VICReg covariance penalty on the same
+    state_gamma: float = 0.1  # target s.d. of that hinge (token states' cell-to-cell s.d. is ≈ 0.05 at init)
 
     def __post_init__(self) -> None:
         if self.objective not in typing.get_args(Objective):
