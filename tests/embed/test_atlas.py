@@ -261,3 +261,45 @@ def test_an_input_changed_during_the_run_leaves_the_store_incomplete(atlas_input
     with pytest.raises(ValueError, match="changed since the store was made"):
         _run(inputs, store, tiny_checkpoint)
     assert _run(inputs, store, tiny_checkpoint, overwrite=True)["complete"]
+
+
+# -- issue 30: the atlas command reads .raw and log-normalized values as `biomjepa embed` does, in flags ----
+@pytest.mark.filterwarnings("ignore:The input measures only", "ignore:input='lognorm' without library_size_key")
+def test_use_raw_and_lognorm_inputs_embed_like_the_tools(atlas_inputs, tiny_checkpoint, tmp_path, capsys):
+    import anndata as ad
+    from scipy import sparse
+
+    import biomjepa as bj
+    from biomjepa.cli import main
+
+    a = ad.read_h5ad(atlas_inputs[1])
+    X = a.X.toarray()
+    X[:, 0] = 1  # a gene with one count in every cell, as droplet cells have: the library size estimate is exact
+    a.X = sparse.csr_matrix(X)
+    processed = a.copy()
+    processed.raw = a
+    X = a.X.toarray().astype(np.float64)
+    processed.X = sparse.csr_matrix(np.log1p(1e4 * X / X.sum(axis=1, keepdims=True)).astype(np.float32))
+    processed.obs["total_counts"] = X.sum(axis=1)
+    path = tmp_path / "processed.h5ad"
+    processed.write_h5ad(path)
+    cli = ["embed", str(path), "--checkpoint", tiny_checkpoint, "--device", "cpu", "--block-rows", "64"]
+    assert main([*cli, "--store", str(tmp_path / "x.zarr")]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}: X does not look like raw counts" in err and "pass --use-raw." in err
+    assert "use_raw=True" not in err and "layer=" not in err and "map_vocab" not in err
+    assert not (tmp_path / "x.zarr").exists()  # refused before the store was made with the wrong settings
+    with pytest.raises(SystemExit) as exc:  # a usage error, before any work
+        main([*cli, "--use-raw", "--layer", "counts", "--store", str(tmp_path / "y.zarr")])
+    assert exc.value.code == 2 and "pass either --use-raw or --layer, not both" in capsys.readouterr().err
+    bj.pp.map_vocab(a)
+    want = bj.tl.embed(a, checkpoint=tiny_checkpoint, device="cpu", copy=True)
+    for flags in (["--use-raw"], ["--input", "lognorm"], ["--input", "lognorm", "--library-size-key", "total_counts"]):
+        store = tmp_path / f"{'_'.join(flags)}.zarr"
+        assert main([*cli, *flags, "--store", str(store)]) == 0, capsys.readouterr().err
+        got = read_atlas(store)["processed"].obsm["X_biomjepa"]
+        np.testing.assert_allclose(got, want.obsm["X_biomjepa"], rtol=1e-4, atol=1e-5, err_msg=str(flags))
+    assert read_atlas(tmp_path / "--use-raw.zarr")["processed"].uns["biomjepa"]["params"]["settings"]["layer"] == "raw.X"
+    assert main([*cli, "--input", "lognorm", "--store", str(tmp_path / "--use-raw.zarr")]) == 1
+    err = capsys.readouterr().err
+    assert "settings.input: store has None, this run 'lognorm'" in err and "--overwrite" in err

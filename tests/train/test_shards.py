@@ -179,7 +179,7 @@ def test_corpus_preparation_names_a_file_that_is_not_h5ad(tmp_path):
         prepare_corpus(str(csv), tmp_path / "cache")
     fake = tmp_path / "fake.h5ad"
     fake.write_text("not hdf5 at all")
-    with pytest.raises(ValueError, match=r"fake\.h5ad is named \.h5ad but is not an HDF5 file"):
+    with pytest.raises(ValueError, match=r"fake\.h5ad is not an \.h5ad file \(HDF5\) nor .* but a text file"):
         prepare_corpus([str(fake)], tmp_path / "cache")
     with pytest.raises(FileNotFoundError, match=r"missing\.h5ad does not exist"):
         prepare_corpus(str(tmp_path / "missing.h5ad"), tmp_path / "cache")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 
+from .embed import EMBED_FLAGS
 from .errors import check_usage, run_command
 from .types import BATCH_SIZE_HELP, CHECKPOINT_HELP, positive_int
 
 DESCRIPTION = """\
-Embed the cells of one or many .h5ad files of raw counts (paths or quoted globs; large files are read
+Embed the cells of one or many .h5ad files of raw counts (in X, --layer or with --use-raw adata.raw), or of
+log1p(normalize_total) values with --input lognorm (paths or quoted globs; large files are read
 backed, block by block) into a zarr store: one group per input (named after the file stem) holding
 X_biomjepa [n_obs, D] float32, obs_names and n_genes. Each block of --block-rows rows is written
 and then recorded as done; running the same command again skips the finished blocks, so a killed
@@ -21,6 +23,8 @@ whatever the number of processes.
 EPILOG = """\
 examples:
   biomjepa embed data/*.h5ad --store atlas.zarr
+  biomjepa embed scanpy_processed/*.h5ad --use-raw --store atlas.zarr
+  biomjepa embed lognormalized/*.h5ad --input lognorm --library-size-key total_counts --store atlas.zarr
   torchrun --nproc_per_node=8 -m biomjepa.embed 'data/*.h5ad' --store atlas.zarr
   python -c "from biomjepa.embed import read_atlas; print(read_atlas('atlas.zarr'))"
 
@@ -39,6 +43,13 @@ def build_parser(prog: str = "biomjepa embed") -> argparse.ArgumentParser:
     p.add_argument("--store", required=True, metavar="OUT.zarr", help="output zarr store (a directory; created, or resumed)")
     p.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
     p.add_argument("--layer", default=None, help="layer holding raw counts in every input (default: X)")
+    p.add_argument("--use-raw", action="store_true",
+                   help="read the counts from adata.raw of every input (scanpy keeps them there; not with --layer)")
+    p.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "lognorm"],
+                   help="counts: raw integer counts; lognorm: log1p(normalize_total) values of every gene, checked "
+                   "and read as the counts they came from (default: counts)")
+    p.add_argument("--library-size-key", default=None, metavar="OBS_COLUMN",
+                   help="with --input lognorm: obs column of total counts per cell (default: estimated, with a warning)")
     p.add_argument("--gene-key", default=None, help="var column with gene identifiers (default: var_names)")
     p.add_argument("--id-type", default="auto", choices=["auto", "entrez"], help="as in `biomjepa embed` (default: auto)")
     p.add_argument("--species", default="human", choices=["human", "mouse"], help="species of the gene identifiers (default: human)")
@@ -67,14 +78,14 @@ def atlas_argv(argv: list[str]) -> list[str] | None:
     return argv[:lead] + rest
 
 
-#: the library's argument names in messages -> this command's options
+#: the library's argument names in messages -> this command's options (those of `biomjepa embed` included)
 ATLAS_FLAGS = {"overwrite=True": "--overwrite", "write_obsm=True": "--write-obsm", "store='": "--store '",
-               "block_rows": "--block-rows"}
+               "block_rows": "--block-rows", "drop use_raw=True": "drop --use-raw", **EMBED_FLAGS}
 
 
 def main(argv: list[str] | None = None, prog: str = "biomjepa embed") -> int:
     """Run the atlas embedding on this rank; returns the exit code (usage errors exit 2)."""
-    from ..embed.inputs import resolve_inputs
+    from ..embed.inputs import check_read_args, resolve_inputs
     from ..embed.run import check_store_path, dist_env
 
     parser = build_parser(prog)
@@ -85,6 +96,8 @@ def main(argv: list[str] | None = None, prog: str = "biomjepa embed") -> int:
         dist_env()
         resolve_inputs(args.inputs, writable=args.write_obsm)
         check_store_path(args.store)
+        check_read_args(layer=args.layer, use_raw=args.use_raw, input=args.input_kind,
+                        library_size_key=args.library_size_key)
 
     check_usage(parser, check, flags=ATLAS_FLAGS)
     if args.verbose:
@@ -101,7 +114,8 @@ def run_atlas(args: argparse.Namespace) -> None:
     from ..embed.run import embed_atlas
 
     out = embed_atlas(args.inputs, args.store, checkpoint=args.checkpoint, block_rows=args.block_rows,
-                      batch_size=args.batch_size, device=args.device, layer=args.layer, gene_key=args.gene_key,
+                      batch_size=args.batch_size, device=args.device, layer=args.layer, use_raw=args.use_raw,
+                      input=args.input_kind, library_size_key=args.library_size_key, gene_key=args.gene_key,
                       species=args.species, id_type=args.id_type, write_obsm=args.write_obsm,
                       overwrite=args.overwrite)
     print(f"rank {out['rank']}/{out['world']}: embedded {out['blocks']} blocks, {out['cells']} cells in "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .types import existing_file
+from .types import h5ad_file, output_dir
 
 TASKS = ("annotation", "clustering", "reconstruction", "perturbation", "geometry", "integration")
 
@@ -20,7 +20,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         epilog="exit codes: 0 success, 1 error while running (message on stderr), 2 usage error (bad arguments, "
         "missing files)",
     )
-    b.add_argument("input", type=existing_file, help="input .h5ad with embeddings in obsm (e.g. from `biomjepa embed`)")
+    b.add_argument("input", type=h5ad_file, help="input .h5ad with embeddings in obsm (e.g. from `biomjepa embed`)")
     b.add_argument("--label-key", default=None, help="obs column with cell-type labels (needed by annotation, clustering)")
     b.add_argument("--use-rep", action="append", default=None, metavar="KEY",
                    help="obsm key to score (repeatable; default: X_biomjepa unless only --baselines are given)")
@@ -43,7 +43,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                    help="seeds of the support sets / splits (default: 42 43 44 45 46)")
     b.add_argument("--perturbation-key", default="perturbation",
                    help="obs column of perturbation labels, for the perturbation task (default: perturbation)")
-    b.add_argument("--out", default="bench_out", metavar="DIR", help="output directory (default: bench_out)")
+    b.add_argument("--out", default="bench_out", metavar="DIR", type=output_dir, help="output directory (default: bench_out)")
     b.set_defaults(func=run_bench, flags=BENCH_FLAGS)
     return b
 

@@ -47,7 +47,7 @@ def add_embed_parser(subparsers) -> argparse.ArgumentParser:
 
 
 #: the library's argument names in messages -> this command's options
-EMBED_FLAGS = {"input='lognorm'": "--input lognorm", "library_size_key= ": "--library-size-key ",
+EMBED_FLAGS = {"or layer=, not both": "or --layer, not both", "input='lognorm'": "--input lognorm", "library_size_key= ": "--library-size-key ",
                "library_size_key=": "--library-size-key ", "library_size_key": "--library-size-key",
                "Pass use_raw=False": "Drop --use-raw", "pass use_raw=False": "drop --use-raw",
                ", after mapping its genes with `bj.pp.map_vocab(adata, use_raw=True)`": "",
@@ -74,8 +74,14 @@ def run_embed(args: argparse.Namespace) -> None:
 
 def write_h5ad_atomic(adata, output: str) -> None:
     """Write to a temporary file next to ``output`` and rename it: an interrupted write (kill, full
-    disk) leaves ``output``, which may be the input file itself, as it was."""
+    disk) leaves ``output``, which may be the input file itself, as it was. An ``output`` that is a
+    symbolic link is written through: its target gets the new file, the link stays a link."""
+    from pathlib import Path
+
     from .._files import atomic_path
 
-    with atomic_path(output, suffix=".h5ad") as tmp:  # a random name, created exclusively
+    target = Path(output)
+    if target.is_symlink():
+        target = target.resolve()
+    with atomic_path(target, suffix=".h5ad") as tmp:  # a random name, created exclusively
         adata.write_h5ad(tmp)

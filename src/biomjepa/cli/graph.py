@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .types import corpus_file, existing_file, non_negative_int, positive_int
+from .types import corpus_file, existing_file, non_negative_int, output_dir, positive_int
 
 DESCRIPTION = """\
 Build the gene graph of BioM-JEPA pretraining for a corpus of .h5ad files of raw counts: STRING v12
@@ -48,9 +48,9 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
     )
     g.add_argument("corpus", nargs="+", metavar="CORPUS", type=corpus_file,
                    help=".h5ad files of raw counts (cells x genes), or .npz shards already prepared by bj.train")
-    g.add_argument("--out", required=True, metavar="DIR",
+    g.add_argument("--out", required=True, metavar="DIR", type=output_dir,
                    help="output directory for graph.npz/json and coexp.npz/json (created)")
-    g.add_argument("--cache", metavar="DIR", default=None,
+    g.add_argument("--cache", metavar="DIR", default=None, type=output_dir,
                    help="shard cache of the prepared corpus (default: OUT/corpus); reused when the corpus is unchanged")
     g.add_argument("--string-links", metavar="FILE", type=existing_file, default=None,
                    help="official STRING links file (9606.protein.links.v12.0.txt.gz); default: the bundled table")
@@ -70,8 +70,12 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
                    help="var column with gene symbols / Ensembl ids in every file (default: var_names)")
     g.add_argument("--species", default="human", choices=["human", "mouse"],
                    help="species of the gene identifiers; mouse maps through 1:1 orthologs (default: human)")
-    g.set_defaults(func=run_graph, parser=g)
+    g.set_defaults(func=run_graph, parser=g, flags=GRAPH_FLAGS)
     return g
+
+
+#: the library's argument names in messages -> this command's options
+GRAPH_FLAGS = {"`layer=`": "--layer", "layer=": "--layer ", "gene_key=": "--gene-key ", "`gene_key=`": "--gene-key"}
 
 
 def run_graph(args: argparse.Namespace) -> dict[str, Path]:

@@ -18,12 +18,17 @@ TRAIN_PRESETS = ("tiny", "mini", "base")
 
 
 def existing_file(value: str) -> str:
-    """An existing file (not a directory); otherwise an ``argparse`` error naming the path."""
+    """An existing, readable file (not a directory); otherwise an ``argparse`` error naming the path."""
     path = Path(value).expanduser()
     if not path.exists():
         raise argparse.ArgumentTypeError(f"no such file: {value!r}")
     if not path.is_file():
-        raise argparse.ArgumentTypeError(f"not a file: {value!r}")
+        raise argparse.ArgumentTypeError(f"not a file: {value!r}" + (" (a directory)" if path.is_dir() else ""))
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"cannot read {value!r} ({err.strerror or err}); check its permissions") from None
     return str(path)
 
 
@@ -35,13 +40,34 @@ def output_file(value: str) -> str:
     path = Path(value).expanduser()
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{value!r} is a directory; give the output file's name, e.g. {value}/out.h5ad")
+    link = f" (a link to {str(path.resolve())!r}, written through)" if path.is_symlink() else ""
+    path = path.resolve() if link else path  # the link stays; its target is replaced
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise argparse.ArgumentTypeError(f"the directory of {value!r} does not exist; create {str(parent)!r} first")
+        raise argparse.ArgumentTypeError(f"the directory of {value!r}{link} does not exist; create {str(parent)!r} first")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"cannot write into the directory {str(parent)!r} (permission denied)")
     if path.exists() and not os.access(path, os.W_OK):
         raise argparse.ArgumentTypeError(f"{value!r} exists and is not writable")
+    return str(Path(value).expanduser()) if link else str(path)
+
+
+def output_dir(value: str) -> str:
+    """A directory to write into: an existing one, or a path that can be created (not an existing file, not
+    under a file, and with a writable nearest existing directory); checked before any work."""
+    import os
+
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} exists and is a file, not a directory; give a directory "
+                                         "(created if missing), or remove or rename the file")
+    ancestor = path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor != path and not ancestor.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} cannot be created: {str(ancestor)!r} is a file, not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into {str(ancestor)!r} (permission denied)")
     return str(path)
 
 
@@ -75,46 +101,22 @@ def non_negative_int(value: str) -> int:
     return _int_at_least(value, 0)
 
 
-_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-
-
-def _is_hdf5(path: Path) -> bool:
-    """HDF5 signature at offset 0 or at a power-of-two user-block offset (512, 1024, …)."""
-    try:
-        with open(path, "rb") as f:
-            if f.read(8) == _HDF5_MAGIC:
-                return True
-            size, offset = path.stat().st_size, 512
-            while offset + 8 <= size:
-                f.seek(offset)
-                if f.read(8) == _HDF5_MAGIC:
-                    return True
-                offset *= 2
-    except OSError:
-        return False
-    return False
-
-
 def h5ad_file(value: str) -> str:
-    """An existing ``.h5ad`` (HDF5) file; a text file, CSV, loom-less zarr … is a usage error naming it."""
-    path = existing_file(value)
-    if not _is_hdf5(Path(path)):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not an .h5ad file (no HDF5 signature); convert it first, e.g. "
-            "`anndata.read_csv(...)` / `scanpy.read_10x_mtx(...)` then `.write_h5ad('data.h5ad')`"
-        )
-    return path
+    """An existing, readable ``.h5ad`` (HDF5) file; a missing, unreadable, empty, CSV or other file is a usage
+    error naming it and what is expected (:func:`biomjepa.data.files.check_h5ad_file`)."""
+    from ..data.files import check_h5ad_file
+
+    try:
+        return str(check_h5ad_file(value))
+    except (OSError, ValueError) as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def corpus_file(value: str) -> str:
     """An ``.h5ad`` file or an ``.npz`` shard prepared by ``bj.train`` (checked by its signature)."""
-    path = existing_file(value)
-    if value.endswith(".npz"):
-        with open(path, "rb") as f:
-            if f.read(4) == b"PK\x03\x04":
-                return path
-        raise argparse.ArgumentTypeError(f"{value!r} is not a valid .npz shard (not a zip archive)")
+    from ..data.files import check_h5ad_file
+
     try:
-        return h5ad_file(value)
-    except argparse.ArgumentTypeError as err:
-        raise argparse.ArgumentTypeError(f"{err}; corpus files are .h5ad files or .npz shards") from None
+        return str(check_h5ad_file(value, allow_npz=True))
+    except (OSError, ValueError) as err:
+        raise argparse.ArgumentTypeError(str(err)) from None

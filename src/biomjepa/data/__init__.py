@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-_SUBMODULES = {"anndata_source", "backends", "collate", "graph", "idtable", "lognorm", "shards", "stream",
+_SUBMODULES = {"anndata_source", "backends", "collate", "files", "graph", "idtable", "lognorm", "shards", "stream",
                "tokenize", "vocab"}
 
 

@@ -67,21 +67,9 @@ def counts_view(
 ):
     """What the readers read: ``adata``, its ``.raw`` (:class:`RawCounts`, ``use_raw=True``), or either seen
     through :class:`~biomjepa.data.lognorm.LogNormalized` (``input="lognorm"``); clear errors otherwise."""
-    if not isinstance(use_raw, bool):
-        raise TypeError(f"use_raw must be True or False, got {use_raw!r}.")
-    if input not in ("counts", "lognorm"):
-        raise ValueError(f"input={input!r} is not an input kind; use 'counts' (raw counts) or 'lognorm' "
-                         "(log1p(normalize_total) values).")
-    if library_size_key is not None and input != "lognorm":
-        raise ValueError(f"library_size_key={library_size_key!r} is only used with input='lognorm' (raw counts "
-                         "carry their library sizes); drop it or pass input='lognorm'.")
+    check_source_args(layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
     source = adata
     if use_raw:
-        if layer is not None:
-            raise ValueError(
-                f"use_raw=True reads adata.raw.X and cannot be combined with layer={layer!r}: pass either "
-                "use_raw=True or layer=, not both."
-            )
         if getattr(adata, "raw", None) is None:
             raise ValueError(
                 "use_raw=True, but adata.raw is None (no .raw was kept). Pass use_raw=False and, if the counts "
@@ -96,6 +84,23 @@ def counts_view(
         estimate_warning()
         return LogNormalized(source, None, None)
     return LogNormalized(source, library_sizes(adata, library_size_key), library_size_key)
+
+
+def check_source_args(*, layer: str | None, use_raw: bool, input: str, library_size_key: str | None) -> None:
+    """The arguments of :func:`counts_view` that need no data, checked (also before any work, by the atlas)."""
+    if not isinstance(use_raw, bool):
+        raise TypeError(f"use_raw must be True or False, got {use_raw!r}.")
+    if input not in ("counts", "lognorm"):
+        raise ValueError(f"input={input!r} is not an input kind; use 'counts' (raw counts) or 'lognorm' "
+                         "(log1p(normalize_total) values).")
+    if library_size_key is not None and input != "lognorm":
+        raise ValueError(f"library_size_key={library_size_key!r} is only used with input='lognorm' (raw counts "
+                         "carry their library sizes); drop it or pass input='lognorm'.")
+    if use_raw and layer is not None:
+        raise ValueError(
+            f"use_raw=True reads adata.raw.X and cannot be combined with layer={layer!r}: pass either "
+            "use_raw=True or layer=, not both."
+        )
 
 
 def library_sizes(adata, key: str) -> np.ndarray:

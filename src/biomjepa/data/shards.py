@@ -80,22 +80,19 @@ SUFFIXES = (".h5ad", ".npz")
 
 
 def _check_corpus_file(path: str) -> None:
-    """A corpus file named explicitly: it exists and is an ``.h5ad`` (HDF5) or a prepared ``.npz`` shard."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"Corpus file {path} does not exist.")
+    """A corpus file named explicitly: a readable ``.h5ad`` (HDF5) or a prepared ``.npz`` shard; a directory,
+    an empty, text or other file is refused naming it (:func:`~biomjepa.data.files.check_h5ad_file`)."""
+    from .files import check_h5ad_file
+
+    if (Path(path) / MANIFEST).is_file():
+        raise ValueError(f"Corpus entry {path} is a prepared corpus cache: give it alone (corpus: {path}), not with "
+                         "other files or in a list.")
+    check_h5ad_file(path, what="Corpus entry " if Path(path).is_dir() else "Corpus file ", allow_npz=True)
     if not path.endswith(SUFFIXES):
         raise ValueError(
-            f"Corpus file {path} is not an .h5ad file (nor a prepared .npz shard). Convert it to AnnData's "
-            "h5ad first, e.g. `anndata.read_loom(...)` / `scanpy.read_10x_h5(...)` then `.write_h5ad(...)`."
+            f"Corpus file {path} is not named .h5ad or .npz; rename it (an .h5ad file written by anndata, or an "
+            ".npz shard prepared by bj.train)."
         )
-    if path.endswith(".h5ad"):
-        import h5py
-
-        if not h5py.is_hdf5(path):
-            raise ValueError(
-                f"Corpus file {path} is named .h5ad but is not an HDF5 file, so not an .h5ad written by "
-                "anndata; rewrite it with `adata.write_h5ad(...)`."
-            )
 
 
 def _excluded(adata, exclude) -> np.ndarray:

@@ -51,9 +51,10 @@ def where_label(layer: str | None, adata=None) -> str:
     return "X" if layer is None else f"layers[{layer!r}]"
 
 
-def _raw_hint(adata, mapped: bool = True) -> str:
+def _raw_hint(adata, mapped: bool = True, tool: bool = True) -> str:
     """A sentence pointing at ``use_raw=True`` when ``X``/a layer is refused but ``adata.raw`` holds counts
-    (and at mapping its genes first when the reader needs ``mapped`` genes)."""
+    (and at mapping its genes first when the reader needs ``mapped`` genes); for a corpus file (not a
+    ``tool``, which reads ``X`` or a layer only), at writing those counts into a file of their own."""
     raw = None if isinstance(adata, RawCounts) else getattr(adata, "raw", None)
     if raw is None:
         return ""
@@ -61,6 +62,9 @@ def _raw_hint(adata, mapped: bool = True) -> str:
         check_counts(materialize(raw.X[: min(adata.n_obs, CHUNK)]), where="raw.X")
     except (ValueError, TypeError, IndexError):
         return ""
+    if not tool:
+        return (" adata.raw.X does hold raw counts, but corpus files are read from X or a layer: write them to a "
+                "file of their own first, e.g. `adata.raw.to_adata().write_h5ad('counts.h5ad')`.")
     after = ", after mapping its genes with `bj.pp.map_vocab(adata, use_raw=True)`" if mapped else ""
     return f" adata.raw.X does hold raw counts (scanpy's habit of keeping them in .raw): pass use_raw=True{after}."
 
@@ -147,7 +151,7 @@ def iter_checked_counts(
             try:
                 check_counts(block, where=where)
             except ValueError as err:
-                hint = _raw_hint(adata, mapped) or (_LOGNORM_HINT if tool and "not look like raw counts" in str(err) else "")
+                hint = _raw_hint(adata, mapped, tool) or (_LOGNORM_HINT if tool and "not look like raw counts" in str(err) else "")
                 raise ValueError(f"{err}{hint}") from None
         yield rows, block
 

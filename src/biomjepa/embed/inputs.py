@@ -41,18 +41,12 @@ def expand_inputs(patterns: list[str]) -> list[str]:
 
 
 def check_h5ad(path: str) -> Path:
-    """An existing, readable HDF5 ``.h5ad`` file; otherwise an error naming the path."""
-    import h5py
+    """An existing, readable HDF5 ``.h5ad`` file; otherwise an error naming the path and what is expected."""
+    from ..data.files import check_h5ad_file
 
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise FileNotFoundError(f"no such file: {path!r}")
-    if not p.is_file():
-        raise ValueError(f"not a file: {path!r}")
-    if p.suffix != ".h5ad" or not h5py.is_hdf5(p):
-        raise ValueError(f"{path!r} is not an .h5ad (HDF5) file; give .h5ad files of raw counts")
-    if not os.access(p, os.R_OK):
-        raise PermissionError(f"cannot read {path!r} (permission denied)")
+    p = check_h5ad_file(path)
+    if p.suffix != ".h5ad":
+        raise ValueError(f"{path!r} is an HDF5 file but not named .h5ad; give .h5ad files written by anndata")
     return p.resolve()
 
 
@@ -82,8 +76,30 @@ def resolve_inputs(patterns: list[str], *, writable: bool = False) -> list[Atlas
     return out
 
 
-def open_input(inp: AtlasInput, *, gene_key=None, species="human", id_type="auto", layer=None):
-    """The input opened ``backed="r"`` with ``var["biomjepa_token"]`` set in memory (file untouched).
+def check_read_args(*, layer=None, use_raw=False, input="counts", library_size_key=None) -> dict:
+    """What to read from every input (``layer`` / ``use_raw``, ``input``, ``library_size_key``), checked
+    before any work as :func:`biomjepa.tl.embed` checks them; returned as one dict."""
+    from ..data.anndata_source import check_source_args
+
+    kw = {"layer": layer, "use_raw": use_raw, "input": input, "library_size_key": library_size_key}
+    check_source_args(**kw)
+    return kw
+
+
+def input_source(adata, inp: AtlasInput, read_kw: dict):
+    """What the reader reads of an opened input (:func:`~biomjepa.data.anndata_source.counts_view`): ``X`` or a
+    layer, ``adata.raw`` (``use_raw``), or either as log-normalized values; errors name the file."""
+    from ..data.anndata_source import counts_view
+
+    try:
+        return counts_view(adata, **read_kw)
+    except (ValueError, KeyError, TypeError) as err:
+        raise type(err)(f"{inp.path}: {err.args[0] if err.args else err}") from None
+
+
+def open_input(inp: AtlasInput, *, gene_key=None, species="human", id_type="auto", layer=None, use_raw=False):
+    """The input opened ``backed="r"`` with ``var["biomjepa_token"]`` (``raw.var`` with ``use_raw``) set in
+    memory (file untouched).
 
     Genes are mapped by :func:`biomjepa.pp.map_vocab` on a copy of ``var`` alone, so mapping
     never reads the count matrix (the report's ``count_fraction`` is not computed).
@@ -97,10 +113,14 @@ def open_input(inp: AtlasInput, *, gene_key=None, species="human", id_type="auto
     adata = ad.read_h5ad(inp.path, backed="r")
     if layer is not None and layer not in adata.layers:
         raise KeyError(f"{inp.path}: layer {layer!r} not found; available layers: {list(adata.layers)}")
-    proxy = ad.AnnData(obs=pd.DataFrame(index=["cell"]), var=adata.var.copy())
+    if use_raw and adata.raw is None:
+        raise ValueError(f"{inp.path}: use_raw=True, but the file has no .raw (adata.raw is None); drop use_raw=True "
+                         "(and name the layer of raw counts with `layer=` if there is one).")
+    var = adata.raw.var if use_raw else adata.var
+    proxy = ad.AnnData(obs=pd.DataFrame(index=["cell"]), var=var.copy())
     try:
         map_vocab(proxy, gene_key=gene_key, species=species, id_type=id_type)
     except (ValueError, KeyError) as err:
         raise ValueError(f"{inp.path}: {err.args[0] if err.args else err}") from None
-    adata.var[TOKEN_KEY] = proxy.var[TOKEN_KEY].to_numpy()
+    var[TOKEN_KEY] = proxy.var[TOKEN_KEY].to_numpy()
     return adata

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .inputs import AtlasInput, open_input, resolve_inputs
+from .inputs import AtlasInput, check_read_args, input_source, open_input, resolve_inputs
 from .store import FORMAT, AtlasStore, lock_store, manifest_differences
 
 logger = logging.getLogger(__name__)
@@ -73,6 +73,9 @@ def embed_atlas(
     batch_size: int | None = None,
     device: str = "auto",
     layer: str | None = None,
+    use_raw: bool = False,
+    input: str = "counts",
+    library_size_key: str | None = None,
     gene_key: str | None = None,
     species: str = "human",
     id_type: str = "auto",
@@ -86,7 +89,8 @@ def embed_atlas(
 
     Run it once per rank (``torchrun --nproc_per_node=N -m biomjepa.embed``) or in one process;
     re-running the same call skips the blocks already written. Parameters not described are those
-    of :func:`biomjepa.pp.map_vocab` and :func:`biomjepa.tl.embed`.
+    of :func:`biomjepa.pp.map_vocab` and :func:`biomjepa.tl.embed` (``use_raw``, ``input`` and
+    ``library_size_key`` as there: ``adata.raw``'s counts, log-normalized values).
 
     Parameters
     ----------
@@ -125,6 +129,7 @@ def embed_atlas(
         raise ValueError("overwrite=True needs a single process; delete the store (rm -r) before a multi-process run")
     inps = resolve_inputs(list(inputs), writable=write_obsm)
     store = check_store_path(store)
+    read_kw = check_read_args(layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
     # rank 0 creates, overwrites and completes the store: it holds the store's lock throughout
     with lock_store(store) if rank == 0 else contextlib.nullcontext():
         dev = resolve_device(device)
@@ -132,15 +137,16 @@ def embed_atlas(
             dev = _cuda(local)
         model = load_model(checkpoint)
         bs = int(batch_size or settings.batch_size)
-        wanted = _manifest(model, inps, block_rows=block_rows, batch_size=bs, dev=dev, layer=layer,
+        wanted = _manifest(model, inps, block_rows=block_rows, batch_size=bs, dev=dev, read_kw=read_kw,
                            gene_key=gene_key, species=species, id_type=id_type)
-        map_kw = {"gene_key": gene_key, "species": species, "id_type": id_type, "layer": layer}
-        st = _open_store(store, wanted, inps, rank=rank, overwrite=overwrite, wait_timeout=wait_timeout, map_kw=map_kw)
+        map_kw = {"gene_key": gene_key, "species": species, "id_type": id_type, "layer": layer, "use_raw": use_raw}
+        st = _open_store(store, wanted, inps, rank=rank, overwrite=overwrite, wait_timeout=wait_timeout, map_kw=map_kw,
+                         read_kw=read_kw)
 
         t0 = time.perf_counter()
         todo, repaired = _my_blocks(st, rank, world)
         cells = _embed_blocks(st, todo, model, inps, rank=rank, map_kw=map_kw, batch_size=bs, device=dev,
-                              layer=layer)
+                              read_kw=read_kw)
         seconds = time.perf_counter() - t0
         out = {"rank": rank, "world": world, "blocks": len(todo), "cells": cells, "seconds": seconds,
                "cells_per_s": cells / seconds if seconds > 0 else 0.0, "repaired": repaired,
@@ -162,12 +168,15 @@ def _cuda(local_rank: int):
     return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
 
 
-def _manifest(model, inps, *, block_rows, batch_size, dev, layer, gene_key, species, id_type) -> dict:
+def _manifest(model, inps, *, block_rows, batch_size, dev, read_kw, gene_key, species, id_type) -> dict:
     from .._device import dtype_label
     from .._settings import settings
     from .._version import __version__
     from ..data.vocab import Vocab
 
+    source = {"layer": "raw.X" if read_kw["use_raw"] else read_kw["layer"] or "X"}
+    if read_kw["input"] != "counts":  # absent for counts: stores made before these options resume unchanged
+        source |= {"input": read_kw["input"], "library_size_key": read_kw["library_size_key"] or "estimated"}
     return {
         "format": FORMAT,
         "checkpoint": model.info.get("name", "unnamed"),
@@ -175,7 +184,7 @@ def _manifest(model, inps, *, block_rows, batch_size, dev, layer, gene_key, spec
         "embedding_dim": int(model.config.embedding_dim),
         "block_rows": int(block_rows),
         "settings": {
-            "layer": layer or "X", "gene_key": gene_key or "var_names", "species": species, "id_type": id_type,
+            **source, "gene_key": gene_key or "var_names", "species": species, "id_type": id_type,
             "batch_size": batch_size, "max_batch_tokens": settings.max_batch_tokens,
             "dtype": dtype_label(dev),
             "pooling": model.config.pooling, "vocab_hash": Vocab.default().hash,
@@ -185,7 +194,7 @@ def _manifest(model, inps, *, block_rows, batch_size, dev, layer, gene_key, spec
     }
 
 
-def _open_store(store: Path, wanted: dict, inps: list[AtlasInput], *, rank, overwrite, wait_timeout, map_kw):
+def _open_store(store: Path, wanted: dict, inps: list[AtlasInput], *, rank, overwrite, wait_timeout, map_kw, read_kw):
     """Rank 0 creates the store or checks that it was made by this very command; others wait for it."""
     if rank != 0:  # rank 0 creates or checks the store; the others only wait until it is ready
         deadline = time.monotonic() + wait_timeout
@@ -198,7 +207,7 @@ def _open_store(store: Path, wanted: dict, inps: list[AtlasInput], *, rank, over
         if state == "foreign":
             raise ValueError(f"store={str(store)!r} exists and is not a biomjepa atlas store; give a new path")
         if state != "ready" or overwrite:
-            return _create_store(store, wanted, inps, map_kw)
+            return _create_store(store, wanted, inps, map_kw, read_kw)
     st = AtlasStore(store)
     diffs = manifest_differences(st.manifest, wanted)
     if diffs:
@@ -207,10 +216,11 @@ def _open_store(store: Path, wanted: dict, inps: list[AtlasInput], *, rank, over
     return st
 
 
-def _create_store(store: Path, wanted: dict, inps: list[AtlasInput], map_kw: dict) -> AtlasStore:
+def _create_store(store: Path, wanted: dict, inps: list[AtlasInput], map_kw: dict, read_kw: dict) -> AtlasStore:
     obs_names, n_obs = {}, []
     for inp in inps:
         adata = open_input(inp, **map_kw)  # maps genes now: a bad input fails before any embedding
+        _check_first_rows(input_source(adata, inp, read_kw), inp, read_kw)  # and so do .raw, the values
         obs_names[inp.name] = adata.obs_names.to_numpy()
         n_obs.append(adata.n_obs)
         adata.file.close()
@@ -219,6 +229,18 @@ def _create_store(store: Path, wanted: dict, inps: list[AtlasInput], map_kw: dic
     wanted = {**wanted, "inputs": [{**i, "n_obs": n} for i, n in zip(wanted["inputs"], n_obs)]}
     logger.info("creating %s for %d inputs, %d cells", store, len(inps), sum(n_obs))
     return AtlasStore.create(store, wanted, obs_names)
+
+
+def _check_first_rows(source, inp: AtlasInput, read_kw: dict, rows: int = 64) -> None:
+    """Read the first ``rows`` cells as the blocks will be read: counts refused (log values, no ``--use-raw``)
+    stop the command before the store is created with settings that would then need overwrite=True."""
+    from ..data.stream import iter_tokenized
+
+    try:
+        for _ in iter_tokenized(source, layer=read_kw["layer"], chunk=rows, stop=min(rows, source.n_obs)):
+            pass
+    except ValueError as err:
+        raise ValueError(f"{inp.path}: {err}") from None
 
 
 def _my_blocks(st: AtlasStore, rank: int, world: int) -> tuple[list[tuple[str, int]], list[str]]:
@@ -247,7 +269,7 @@ def _my_blocks(st: AtlasStore, rank: int, world: int) -> tuple[list[tuple[str, i
     return mine, damaged
 
 
-def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, layer) -> int:
+def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, read_kw) -> int:
     """Embed and write the blocks ``todo``; returns the number of cells embedded."""
     from tqdm.auto import tqdm
 
@@ -267,13 +289,17 @@ def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, la
         if name not in opened:  # one input open at a time
             _close(opened)
             opened = {name: open_input(by_name[name], **map_kw)}
+            source = input_source(opened[name], by_name[name], read_kw)
         a, b = st.bounds(name)[block]
         Z = np.empty((b - a, st.manifest["embedding_dim"]), dtype=np.float32)
         n_genes = np.empty(b - a, dtype=np.int32)
-        for rows, tok in iter_tokenized(opened[name], layer=layer, chunk=b - a, start=a, stop=b):
-            sl = slice(rows.start - a, rows.stop - a)
-            Z[sl] = embed_cells(model, tok, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens)
-            n_genes[sl] = tok.lengths
+        try:
+            for rows, tok in iter_tokenized(source, layer=read_kw["layer"], chunk=b - a, start=a, stop=b):
+                sl = slice(rows.start - a, rows.stop - a)
+                Z[sl] = embed_cells(model, tok, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens)
+                n_genes[sl] = tok.lengths
+        except ValueError as err:  # the counts of this input refused: say which file
+            raise ValueError(f"{by_name[name].path}: {err}") from None
         st.write_block(name, block, Z, n_genes, opened[name].obs_names[a:b].to_numpy())
         cells += b - a
         bar.update(b - a)

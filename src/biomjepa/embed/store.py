@@ -94,7 +94,11 @@ def block_bounds(n_obs: int, block_rows: int) -> list[tuple[int, int]]:
 
 def manifest_differences(old: dict, new: dict) -> list[str]:
     """Human-readable differences between the manifest of a store and that of this run."""
-    diffs = [f"{k}: store has {old.get(k)!r}, this run {new.get(k)!r}" for k in COMPARED if old.get(k) != new.get(k)]
+    diffs = [f"{k}: store has {old.get(k)!r}, this run {new.get(k)!r}" for k in COMPARED
+             if k != "settings" and old.get(k) != new.get(k)]
+    was, now = old.get("settings") or {}, new.get("settings") or {}
+    diffs += [f"settings.{k}: store has {was.get(k)!r}, this run {now.get(k)!r}" for k in sorted(set(was) | set(now))
+              if was.get(k) != now.get(k)]
     strip = ("name", "path", "size", "mtime_ns")
     old_in = [{k: i.get(k) for k in strip} for i in old.get("inputs", [])]
     new_in = [{k: i.get(k) for k in strip} for i in new.get("inputs", [])]
