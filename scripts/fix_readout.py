@@ -100,10 +100,10 @@ def main() -> None:
     src, _ = resolve_checkpoint(args.checkpoint)
     Z = corpus_embeddings(args.checkpoint, args.cells)
     mean, scale = feature_stats(Z)
-    entry = readout_entry(mean, scale, n_cells=len(Z), source=f"{len(Z)} cells of the checkpoint's training corpus "
-                          f"(the files its provenance config names, seed 0), scripts/fix_readout.py")
-    if args.kind == "whiten":
-        entry["whiten"] = whitening((Z - mean) / scale).tolist()
+    whiten = whitening((Z - mean) / scale) if args.kind == "whiten" else None
+    entry = readout_entry(mean, scale, whiten=whiten, n_cells=len(Z), source=(
+        f"{len(Z)} cells of the checkpoint's training corpus (the files its provenance config names, seed 0), "
+        f"scripts/fix_readout.py --kind {args.kind}" + (f" (ZCA, shrink {SHRINK})" if whiten is not None else "")))
     model = load_checkpoint(src)
     meta = json.loads((src / "config.json").read_text())
     out = REPO / "src" / "biomjepa" / "_models" / args.name

@@ -88,6 +88,23 @@ def check_readout_record(entry, dim: int, where: str) -> None:
             raise ValueError(f"{where}.{key} holds a non-finite or non-numeric value.")
         if max(abs(v) for v in vals) > f32.max:
             raise ValueError(f"{where}.{key} holds a value beyond float32's range ({f32.max:.3g}).")
+    _check_whiten(entry.get("whiten"), dim, where)
     if min(entry["scale"]) < f32.tiny:
         raise ValueError(f"{where}.scale must be > 0 for every feature, and at least {f32.tiny:.3g} (float32's smallest "
                          "normal number) so that dividing by it stays finite.")
+
+
+def _check_whiten(w, dim: int, where: str) -> None:
+    """A readout record's optional ``whiten``: ``dim`` rows of ``dim`` finite numbers (float32 range)."""
+    import numpy as np
+
+    if w is None:
+        return
+    if not isinstance(w, list) or len(w) != dim or not all(isinstance(r, list) and len(r) == dim for r in w):
+        raise ValueError(f"{where}.whiten must be a {dim} × {dim} matrix (a list of {dim} lists of {dim} numbers).")
+    a = np.asarray(w, dtype=object)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in a.ravel()):
+        raise ValueError(f"{where}.whiten holds a non-numeric value.")
+    a = a.astype(np.float64)
+    if not np.isfinite(a).all() or np.abs(a).max() > np.finfo(np.float32).max:
+        raise ValueError(f"{where}.whiten holds a non-finite value or one beyond float32's range.")

@@ -68,6 +68,7 @@ class BiomJEPA(nn.Module):
         stats = stats_tensors(readout, config.embedding_dim, "readout")
         self.register_buffer("feature_mean", None if stats is None else stats[0])
         self.register_buffer("feature_scale", None if stats is None else stats[1])
+        self.register_buffer("feature_whiten", None if stats is None else stats[2])
 
     def hidden(self, batch: Batch) -> torch.Tensor:
         """Token states ``[B, T, D]``."""
@@ -79,7 +80,8 @@ class BiomJEPA(nn.Module):
         z = pool(self.hidden(batch), batch.gene_mask, batch.values, self.config.pooling)
         if self.feature_mean is None:
             return z
-        return (z.float() - self.feature_mean) / self.feature_scale
+        z = (z.float() - self.feature_mean) / self.feature_scale
+        return z if self.feature_whiten is None else z @ self.feature_whiten
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -244,6 +244,38 @@ def test_fixed_feature_statistics_round_trip_and_standardize_every_cell_alike(tm
     assert not (tmp_path / "d").exists()
 
 
+
+def test_fixed_whitening_round_trips_and_is_refused_when_malformed(tmp_path):
+    """A readout record with a ``whiten`` matrix: the loaded model returns ((z − mean) / scale) @ W for every
+    cell alike; a matrix of the wrong shape or with a non-finite entry is refused before anything is written."""
+    import numpy as np
+
+    from biomjepa.data.collate import collate
+    from biomjepa.data.tokenize import TokenizedCells
+    from biomjepa.nn.readout import readout_entry
+
+    m = _model()
+    D = m.config.embedding_dim
+    rng = np.random.default_rng(1)
+    mean, scale, W = rng.normal(size=D), rng.uniform(0.5, 2, D), rng.normal(size=(D, D)) / np.sqrt(D)
+    save_checkpoint(m, tmp_path / "w", readout=readout_entry(mean, scale, whiten=W, n_cells=10, source="test"))
+    loaded = load_checkpoint(tmp_path / "w")
+    genes = np.sort(rng.choice(500, 30, replace=False))
+    cells = TokenizedCells(np.array([0, 30]), genes, rng.random(30).astype(np.float32) + 1, np.array([1e4]))
+    batch = collate(cells, m.config.vocab_size)
+    with torch.no_grad():
+        raw, out = m(batch), loaded(batch)
+    expect = ((raw.double() - torch.tensor(mean)) / torch.tensor(scale)) @ torch.tensor(W)
+    assert torch.allclose(out.double(), expect, atol=1e-4)
+    with pytest.raises(ValueError, match=r"readout\.whiten must be"):
+        readout_entry(mean, scale, whiten=W[:, :-1], n_cells=10, source="test")
+    bad = W.copy()
+    bad[0, 0] = np.inf
+    with pytest.raises(ValueError, match=r"readout\.whiten holds a non-finite"):
+        save_checkpoint(m, tmp_path / "x", readout={**readout_entry(mean, scale, n_cells=1, source="t"),
+                                                    "whiten": bad.tolist()})
+    assert not (tmp_path / "x").exists()
+
 # ---------------------- config.json edited or malformed, the manifest, broken checkpoints through the tools
 @pytest.fixture
 def unpinned(tmp_path) -> Path:

@@ -4,8 +4,11 @@ Pooled readouts have very unequal feature scales (for ``biomjepa-mini`` v0.2, 5 
 carried 33–53 % of the variance), so Euclidean neighbours (``sc.pp.neighbors(use_rep=…)``) follow
 a handful of features. A checkpoint may record a per-feature ``mean`` and ``scale`` measured on a
 sample of its *training corpus* at export (``config.json`` key ``readout``); the model then returns
-``(z − mean) / scale``. The statistics are constants of the checkpoint, never fitted on the cells
-being embedded, so a cell's embedding does not depend on which other cells it is embedded with.
+``(z − mean) / scale``; a record may also hold a ``whiten`` matrix ``W [d, d]`` (ZCA whitening of the
+standardized corpus embeddings, shrunk towards the identity), and the model then returns
+``((z − mean) / scale) @ W``, so no few directions dominate Euclidean distances. The statistics are
+constants of the checkpoint, never fitted on the cells being embedded, so a cell's embedding does not
+depend on which other cells it is embedded with.
 """
 
 from __future__ import annotations
@@ -18,12 +21,18 @@ import torch
 from .._checks import check_readout_record
 
 
-def readout_entry(mean: np.ndarray, scale: np.ndarray, *, n_cells: int, source: str) -> dict:
-    """The ``config.json`` ``readout`` record for per-feature ``mean`` and ``scale`` (> 0, finite)."""
+def readout_entry(mean: np.ndarray, scale: np.ndarray, *, n_cells: int, source: str,
+                  whiten: np.ndarray | None = None) -> dict:
+    """The ``config.json`` ``readout`` record for per-feature ``mean`` and ``scale`` (> 0, finite) and,
+    optionally, a whitening matrix ``whiten [d, d]`` applied after them."""
     mean, scale = np.asarray(mean, np.float64), np.asarray(scale, np.float64)
     check_stats(mean.tolist(), scale.tolist(), len(mean), "readout")
-    return {"standardize": True, "mean": [float(x) for x in mean], "scale": [float(x) for x in scale],
-            "n_cells": int(n_cells), "source": source}
+    entry = {"standardize": True, "mean": [float(x) for x in mean], "scale": [float(x) for x in scale],
+             "n_cells": int(n_cells), "source": source}
+    if whiten is not None:
+        entry["whiten"] = [[float(x) for x in row] for row in np.asarray(whiten, np.float64)]
+    check_readout_record(entry, len(mean), "readout")
+    return entry
 
 
 def check_stats(mean, scale, dim: int, where: str) -> None:
@@ -37,13 +46,15 @@ def check_stats(mean, scale, dim: int, where: str) -> None:
         raise ValueError(f"{where}.scale must be > 0 for every feature.")
 
 
-def stats_tensors(entry: dict | None, dim: int, where: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(mean, scale)`` float32 tensors of a ``readout`` record (``None`` when absent or off)."""
+def stats_tensors(entry: dict | None, dim: int, where: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+    """``(mean, scale, whiten or None)`` float32 tensors of a ``readout`` record (``None`` when absent or off)."""
     check_readout_record(entry, dim, where)
     if not entry or not entry.get("standardize"):
         return None
     check_stats(entry.get("mean"), entry.get("scale"), dim, where)
-    return torch.tensor(entry["mean"], dtype=torch.float32), torch.tensor(entry["scale"], dtype=torch.float32)
+    w = entry.get("whiten")
+    return (torch.tensor(entry["mean"], dtype=torch.float32), torch.tensor(entry["scale"], dtype=torch.float32),
+            None if w is None else torch.tensor(w, dtype=torch.float32))
 
 
 def feature_stats(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
