@@ -155,10 +155,14 @@ def main() -> None:
     p.add_argument("--recipes", nargs="+", default=["v0.3", "signal"], choices=list(LEVERS))
     p.add_argument("--views", nargs="+", default=["256", "512", "all"])
     p.add_argument("--csv", default="target_signal.csv")
+    p.add_argument("--max-cells", type=int, default=None, help="a seeded subsample (quick checks)")
     args = p.parse_args()
     os.chdir(BASE.parents[1])
     graph = find_graph(args.graph)
     cells, labels, X = validation()
+    if args.max_cells and args.max_cells < len(cells):
+        rows_ = np.sort(np.random.default_rng(0).choice(len(cells), args.max_cells, replace=False))
+        cells, labels, X = cells.subset(rows_), labels[rows_], X[rows_]
     rows = [{"teacher": "-", "recipe": "baseline: PCA-50 of log-normalized expression", "view": "all",
              "eta2": eta2(X[:, :50], labels)}]
     for spec in args.teacher:
