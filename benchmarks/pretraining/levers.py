@@ -36,6 +36,7 @@ LEVERS: dict[str, list[str]] = {
     "state-var": [*SIGNAL, "loss.lambda_state_var=1.0", "loss.lambda_state_cov=0.04"],
     "state-var+lambda-low": [*SIGNAL, "loss.lambda_var=0.05", "loss.lambda_cov=0.01", "loss.lambda_state_var=1.0",
                              "loss.lambda_state_cov=0.04"],
+    "state-var-strong": [*SIGNAL, "loss.lambda_state_var=25", "loss.lambda_state_cov=1"],
     "ema-slow": [*SIGNAL, "teacher.momentum_start=0.999", "teacher.momentum_end=0.9999"],
     "depth-resid": [*SIGNAL, "teacher.depth_residual=true"],
     "depth-resid+std": [*SIGNAL, "teacher.depth_residual=true", "teacher.target_std=true"],
