@@ -40,10 +40,19 @@ logger = logging.getLogger(__name__)
 #: of its SHA256SUMS manifest, which pins every file), "sha256": the weights' sha256 (as recorded in
 #: config.json and in ``uns["biomjepa"]["params"]["checkpoint_sha256"]`` by ``bj.tl.embed``)}.
 #: Entries of checkpoints written before the manifest existed carry "sha256" only.
-#: ``biomjepa-mini`` is bundled inside the package (``docs/model_card.md``; produced by
-#: ``models/biomjepa-mini-v0.2.yaml`` and ``scripts/export_bundled.py``).
+#: ``biomjepa-mini`` is bundled inside the package (``docs/model_card.md``): v0.2.1 = the v0.2 weights
+#: (``models/biomjepa-mini-v0.2.yaml``, ``scripts/export_bundled.py``) with a fixed readout map measured on
+#: its own training corpus (``scripts/fix_readout.py --kind whiten``: per-feature standardization, then ZCA
+#: whitening shrunk by 0.1), chosen on the validation cells for scanpy's default neighbour graph.
 REGISTRY: dict[str, dict] = {
     "biomjepa-mini": {
+        "path": "_models/biomjepa-mini-v0.2.1",
+        "version": "0.2.1",
+        "checkpoint_sha256": "fb9f735b95f27261ddefa7c0a213b7e355175a1e64633b965b1bd797816ee12b",  # SHA256SUMS
+        "sha256": "c639180369e587ceae87e8228d05bd857a19b9cf45fa922968f70f375ae19cb1",  # model.safetensors
+    },
+    # the same weights without fixed feature statistics (embeddings stored from v0.2 differ from v0.2.1's)
+    "biomjepa-mini-v0.2": {
         "path": "_models/biomjepa-mini-v0.2",
         "version": "0.2",
         "checkpoint_sha256": "27618837aaec17a197d47b31e8879ac578744a586e24994515cbbab541f0e46f",  # SHA256SUMS
