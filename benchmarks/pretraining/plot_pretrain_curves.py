@@ -6,7 +6,10 @@
 Panels: few-shot k = 5 macro-F1, effective rank and depth association on the validation cells, the
 20 %-thinned same-type agreement, and chemistry mixing on the held-out multi-chemistry cells, each
 against cell presentations; PCA-50 on the same cells is the dashed line. With ``--probe`` the training
-probe (every checkpoint, every readout, unstandardized) is drawn in the first three panels too.
+probe (every checkpoint, every readout, unstandardized) is drawn in the first three panels too. With
+``--log RUN/log.csv`` a third row draws the run's target diagnostics (means over 50-step windows): the
+predictor's held-out R² on its targets, the split-half Procrustes cosine, and the targets' energy and
+effective rank (``biomjepa.train.health``).
 """
 
 from __future__ import annotations
@@ -43,16 +46,19 @@ def main() -> None:
     p.add_argument("--reference", default="model_card_v0.2_valchem.csv",
                    help="model_card_eval CSV under results/ whose non-PCA rep is drawn as a dotted line ('' for none)")
     p.add_argument("--out", default="docs/figures/pretrain_curves_v0.3.png")
+    p.add_argument("--log", default=None, help="a run's log.csv with the target diagnostics (a third row of panels)")
+    p.add_argument("--label", default="v0.3 run", help="legend name of the run")
     args = p.parse_args()
     df = pd.read_csv(RESULTS / args.csv)
     df = df[(df["rep"] != "model") | (df["pooling"] == args.pooling)]
     ref = pd.read_csv(RESULTS / args.reference) if args.reference else None
     probe = pd.read_csv(args.probe) if args.probe else None
-    fig, axes = plt.subplots(2, 3, figsize=(12, 6.5))
+    log = pd.read_csv(args.log) if args.log else None
+    fig, axes = plt.subplots(3 if log is not None else 2, 3, figsize=(12, 9.5 if log is not None else 6.5))
     for ax, (cells, metric, title) in zip(axes.ravel(), PANELS):
         sub = df[(df["cells"] == cells) & (df["metric"] == metric)]
         model = sub[sub["rep"] == "model"].sort_values("presentations")
-        ax.plot(model["presentations"], model["value"], "o-", color="C0", label=f"v0.3 run ({args.pooling}, standardized)")
+        ax.plot(model["presentations"], model["value"], "o-", color="C0", label=f"{args.label} ({args.pooling}, standardized)")
         pca = sub[sub["rep"] == "X_pca50"]["value"]
         if len(pca):
             ax.axhline(float(pca.iloc[0]), ls="--", color="k", label="PCA-50")
@@ -68,11 +74,32 @@ def main() -> None:
         ax.set_title(f"{title} ({cells})", fontsize=9)
         ax.set_xlabel("cell presentations", fontsize=8)
         ax.tick_params(labelsize=7)
+    if log is not None:
+        _diagnostics(axes[2], log, args.cells_per_step)
     axes[0, 0].legend(fontsize=6)
     fig.tight_layout()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=90)
     print("wrote", args.out)
+
+
+def _diagnostics(axes, log, cells_per_step: int) -> None:
+    """Target diagnostics of the training log, 50-step window means, against presentations."""
+    w = log.assign(window=log["step"] // 50).groupby("window").mean(numeric_only=True)
+    x = (w["step"] + 1) * cells_per_step
+    axes[0].plot(x, w["r2"], "-", color="C0", label="held-out R² on targets")
+    axes[0].axhline(0, ls="--", color="k", lw=0.8)
+    axes[0].set_title("predictor R² on its targets (0 = the batch mean)", fontsize=9)
+    axes[1].plot(x, w["procrustes_cos"], "-", color="C1")
+    axes[1].set_title("Procrustes cosine, predictions vs targets (Fig. 2a)", fontsize=9)
+    axes[2].plot(x, w["tgt_energy"], "-", color="C2", label="target energy")
+    axes[2].set_title("target energy (green) and effective rank (red)", fontsize=9)
+    twin = axes[2].twinx()
+    twin.plot(x, w["tgt_rank"], "-", color="C3")
+    twin.tick_params(labelsize=7)
+    for ax in axes:
+        ax.set_xlabel("cell presentations", fontsize=8)
+        ax.tick_params(labelsize=7)
 
 
 if __name__ == "__main__":
