@@ -86,7 +86,7 @@ def test_save_state_never_follows_a_planted_symlink(tmp_path, monkeypatch):
         p.symlink_to(outside)
     seen = []
     real = torch.save
-    monkeypatch.setattr(torch, "save", lambda obj, f: (seen.append(Path(f)), real(obj, f)))
+    monkeypatch.setattr(torch, "save", lambda obj, f: (seen.append(Path(getattr(f, "name", f))), real(obj, f)))
     save_state(tmp_path / "run", {"step": 1})
     assert outside.read_text() == "precious"
     assert seen and all(p.parent == ckdir and p not in planted for p in seen)  # a random name beside the state
