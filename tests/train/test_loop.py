@@ -134,6 +134,11 @@ def test_pca_gene_init_cell_centre_and_probe_log(tmp_path, counts_adata):
         assert sorted(g["pooling"]) == sorted(POOLINGS)
     assert (log["n_cells"] == 45).all()
     assert np.isfinite(log[["effective_rank", "depth_nnz", "macro_f1_k5"]].to_numpy()).all()
+    # the run's own target diagnostics beside the probe: none before training, the log's means after
+    train = pd.read_csv(run / "log.csv")
+    assert log[log.step == 0][["r2", "tgt_energy", "procrustes_cos"]].isna().all().all()
+    after = log[log.step == 2].iloc[0]
+    assert np.isclose(after["tgt_energy"], train["tgt_energy"].mean()) and np.isclose(after["r2"], train["r2"].mean())
 
     E = pca_gene_embedding(Corpus(cfg.data.cache_dir), 19264, 32, scale=0.02, seed=cfg.run.seed)
     detected = np.abs(E[:1500, :31]).sum(1) > 0

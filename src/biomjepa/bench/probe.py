@@ -7,7 +7,9 @@ column (``label_key``). :func:`probe_hook` is the ``on_checkpoint`` hook of
 of :data:`biomjepa.nn.pooling.POOLINGS` and the loop appends, per readout, the effective rank,
 the paper's depth association against detected genes (``depth_nnz``: mean of ``|r|`` of the
 leading axis and of the embedding norm with the number of detected genes) and, with labels,
-few-shot k = 5 macro-F1 (``bj.bench.annotation``'s protocol) to ``probe.csv`` in the run directory.
+few-shot k = 5 macro-F1 (``bj.bench.annotation``'s protocol) to ``probe.csv`` in the run directory, next to
+the run's own target diagnostics (``log.csv``: target RMS, energy and rank, the predictor's R², the
+Procrustes cosine, prediction and target s.d.) averaged over the 50 steps before the checkpoint.
 :func:`probe_scores` is also what ``benchmarks/select_checkpoint.py`` uses, so selection sees the
 same numbers the run logged.
 """
@@ -20,6 +22,9 @@ from pathlib import Path
 import numpy as np
 
 PROBE_FIELDS = ["step", "pooling", "n_cells", "effective_rank", "depth_nnz", "depth_mean", "macro_f1_k5"]
+#: the training log's target diagnostics (``biomjepa.train.health``), averaged over the steps before a checkpoint
+LOG_DIAGNOSTICS = ["tgt_rms_rel", "tgt_energy", "r2", "procrustes_cos", "pred_sd", "tgt_sd", "tgt_rank"]
+LOG_WINDOW = 50
 
 
 @dataclass
@@ -108,13 +113,36 @@ def probe_scores(encoder, probe: ProbeSet, step: int) -> list[dict]:
     return rows
 
 
+def log_diagnostics(log: Path, step: int, window: int = LOG_WINDOW) -> dict[str, float]:
+    """Means of the training log's target diagnostics over the ``window`` steps before ``step`` (NaN where
+    the log has no such rows, e.g. at step 0 or for the decoder control)."""
+    import csv
+
+    out = {k: float("nan") for k in LOG_DIAGNOSTICS}
+    if not log.is_file():
+        return out
+    with open(log, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("step", "").isdigit() and step - window <= int(r["step"]) < step]
+    for k in LOG_DIAGNOSTICS:
+        vals = [float(r[k]) for r in rows if r.get(k) not in (None, "")]
+        vals = [v for v in vals if np.isfinite(v)]
+        if vals:
+            out[k] = float(np.mean(vals))
+    return out
+
+
 def append_rows(path: Path, rows: list[dict]) -> None:
-    """Append ``rows`` to the CSV ``path`` (header written once)."""
+    """Append ``rows`` to the CSV ``path`` (header written once; a file written before the diagnostics keeps
+    its columns)."""
     import csv
 
     new = not path.exists()
+    fields = PROBE_FIELDS + LOG_DIAGNOSTICS
+    if not new:
+        with open(path, newline="") as f:
+            fields = next(csv.reader(f), fields) or fields
     with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=PROBE_FIELDS)
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         if new:
             w.writeheader()
         w.writerows(rows)
@@ -140,6 +168,8 @@ class probe_hook:  # a class used like a function: ``on_checkpoint=probe_hook(cf
             c = self.cfg
             self.probe = load_probe(c.path, obs=c.obs, label_key=c.label_key, max_cells=c.cells, seed=self.seed)
         rows = probe_scores(teacher, self.probe, step)
+        diag = log_diagnostics(Path(run_dir) / "log.csv", step)
+        rows = [{**r, **diag} for r in rows]
         append_rows(Path(run_dir) / "probe.csv", rows)
         for r in rows:
             logging.getLogger("biomjepa.train.loop").info(
