@@ -81,7 +81,11 @@ class BiomJEPA(nn.Module):
         if self.feature_mean is None:
             return z
         z = (z.float() - self.feature_mean) / self.feature_scale
-        return z if self.feature_whiten is None else z @ self.feature_whiten
+        if self.feature_whiten is None:
+            return z
+        # float64: a float32 GEMM rounds differently for different batch sizes (other kernel blocking), and the
+        # whitening amplifies it; in float64 every cell's result is the same whatever it is embedded with
+        return (z.double() @ self.feature_whiten.double()).float()
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -28,6 +28,11 @@ GOLDEN = {
 }
 
 
+def _has_map(checkpoint) -> bool:
+    """Whether the checkpoint records a fixed readout map (v0.2.1: standardization and whitening)."""
+    return bj.load_model(checkpoint).feature_scale is not None
+
+
 def _embed(batch_size: int, checkpoint=None):
     adata = bj.datasets.pancreas()[:96].copy()
     bj.pp.map_vocab(adata)
@@ -52,11 +57,16 @@ def test_embeddings_equal_stored_values(batch_size, exact, checkpoint):
     assert (params["checkpoint"], params["checkpoint_sha256"]) == record  # a new default needs new stored values
     got, want = adata.obsm["X_biomjepa"], stored["embedding"]
     assert got.dtype == want.dtype and got.shape == want.shape
-    if exact and torch.backends.cpu.get_cpu_capability() == str(stored["cpu_capability"]):
+    # v0.2.1's fixed map divides by corpus s.d. down to 6.7e-4 and whitens: the float rounding of the pooled
+    # features that other padded shapes change (≤ 1e-6) reaches 4.9e-4 (batch 96) / 4.9e-4 (batch 7) on its
+    # unit-scale outputs (measured), so other batch sizes are held to 2e-3 there
+    mapped = _has_map(checkpoint)
+    same_cpu = torch.backends.cpu.get_cpu_capability() == str(stored["cpu_capability"])
+    if exact and same_cpu and (batch_size == 16 or not mapped):
         diff = np.abs(got.astype(np.float64) - want).max()
         assert np.array_equal(got, want), f"embeddings changed (max |diff| {diff:.3g})"
     else:
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 if exact else 1e-6)
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 if mapped else (1e-5 if exact else 1e-6))
 
 
 def test_default_is_the_v02_embedding_through_its_fixed_map():
