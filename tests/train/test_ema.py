@@ -71,3 +71,31 @@ def test_running_statistics_resume_and_old_states():
     old = RunningTargets(2, None, rate=0.9, device="cpu")
     old.load_state_dict({"centre": torch.tensor([0.5, -1.0])})
     torch.testing.assert_close(old.centre_now(), torch.tensor([0.5, -1.0]))
+
+
+def test_depth_residual_leaves_no_linear_depth_in_the_cell_level():
+    """teacher.depth_residual: the level's least-squares fit on log detected genes and log library size is
+    removed exactly (centred coordinates; an uncentred ridge once left a third of the depth in)."""
+    from types import SimpleNamespace
+
+    from biomjepa.train.running import RunningTargets, depth_covariates
+    from biomjepa.train.targets import _depth_residual
+
+    g = torch.Generator().manual_seed(0)
+    n, U, D = 200, 4, 3
+    genes = torch.randint(200, 3000, (n,), generator=g)
+    lib = genes * torch.exp(torch.randn(n, generator=g) * 0.3 + 1)
+    X = depth_covariates(genes, lib)
+    level = X[:, 1:2] * torch.tensor([[1.0, -2.0, 0.5]]) + 0.1 * torch.randn(n, D, generator=g)
+    t = (level[:, None, :] + 0.05 * torch.randn(n, U, D, generator=g)).reshape(n * U, D)
+    inp = SimpleNamespace(valid=torch.ones(n, U, dtype=torch.bool), depth=X)
+    r = RunningTargets(D, None, rate=0.0, device="cpu", depth=True)
+    first, stats = _depth_residual(t, inp, U, r)  # no running fit yet: the micro-batch's own
+    r.update({"depth": stats})
+    second, _ = _depth_residual(t, inp, U, r)
+    for out in (first, second):
+        L = out.reshape(n, U, D).mean(1)
+        for k in (1, 2):
+            for d in range(D):
+                assert abs(float(torch.corrcoef(torch.stack([X[:, k], L[:, d]]))[0, 1])) < 1e-3
+    assert float((level - level.mean(0)).std()) > 0.5 and torch.allclose(first.mean(0), t.mean(0), atol=1e-4)

@@ -54,13 +54,12 @@ class RunningTargets:
         m = self.moments / self.moments_w
         return (m[1] - m[0] ** 2).clamp(min=0).sqrt().clamp(min=1e-6)
 
-    def depth_coef(self) -> torch.Tensor | None:
-        """Coefficients ``[3, D]`` of the cell level on ``[1, log genes, log library]`` (None before data)."""
+    def depth_coef(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(slopes [2, D], mean covariates [2])`` of the cell level on log detected genes and log library
+        size (None before data)."""
         if self.depth is None or float(self.depth_w) <= 0:
             return None
-        xtx, xty = self.depth[:, :N_DEPTH], self.depth[:, N_DEPTH:]
-        ridge = 1e-4 * torch.eye(N_DEPTH, device=xtx.device) * xtx.diagonal().mean().clamp(min=1e-12)
-        return torch.linalg.solve(xtx + ridge, xty)
+        return depth_slopes(self.depth / self.depth_w)
 
     # ---------------------------------------------------------------- updates
     @torch.no_grad()
@@ -111,3 +110,17 @@ def depth_covariates(n_detected: torch.Tensor, library: torch.Tensor) -> torch.T
     """``[n, 3]``: ``1``, log detected genes and log library size of the whole cell (before any gene budget)."""
     one = torch.ones_like(n_detected, dtype=torch.float32)
     return torch.stack([one, n_detected.float().clamp(min=1).log(), library.float().clamp(min=1).log()], 1)
+
+
+def depth_slopes(moments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Least squares of the level on the two depth covariates from the means ``[3, 3 + D]`` of ``x xᵀ`` and
+    ``x L`` (``x = [1, log genes, log library]``), in centred coordinates: ``(slopes [2, D], x̄ [2])``.
+
+    Centred, because the covariates' means (≈ 7–9) dwarf their spread: a ridge scaled by the uncentred
+    moments shrank the slopes and left a third of the depth in the level (measured on the validation cells).
+    """
+    xbar, lbar = moments[0, 1:N_DEPTH], moments[0, N_DEPTH:]
+    sxx = moments[1:N_DEPTH, 1:N_DEPTH] - torch.outer(xbar, xbar)
+    sxl = moments[1:N_DEPTH, N_DEPTH:] - torch.outer(xbar, lbar)
+    ridge = 1e-6 * sxx.diagonal().sum().clamp(min=1e-12) * torch.eye(N_DEPTH - 1, device=moments.device)
+    return torch.linalg.solve(sxx + ridge, sxl), xbar

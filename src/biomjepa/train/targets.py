@@ -14,7 +14,7 @@ import torch
 from ..nn.encoder import Encoder
 from .jepa import teacher_token_states
 from .levers import depth_fit
-from .running import N_DEPTH, RunningTargets
+from .running import RunningTargets, depth_slopes
 
 
 def unit_means(states: torch.Tensor, unit: torch.Tensor, n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,11 +149,9 @@ def _depth_residual(targets: torch.Tensor, inputs, n_units: int, running: Runnin
     L = level[has]
     sums = X.T @ torch.cat([X, L], 1)  # [3, 3 + D]
     stats = (sums, torch.tensor(float(X.shape[0]), device=t.device))
-    coef = running.depth_coef()
-    xbar = running.depth[0, :N_DEPTH] / running.depth_w if coef is not None else None
-    if coef is None:  # the first step: this micro-batch's own fit
-        xtx = sums[:, :N_DEPTH]
-        ridge = 1e-4 * torch.eye(N_DEPTH, device=t.device) * xtx.diagonal().mean().clamp(min=1e-12)
-        coef, xbar = torch.linalg.solve(xtx + ridge, sums[:, N_DEPTH:]), xtx[0] / max(X.shape[0], 1)
-    part = (inputs.depth.to(t.device, torch.float32) - xbar) @ coef  # [n, D]
+    fit = running.depth_coef()
+    if fit is None:  # the first step: this micro-batch's own fit
+        fit = depth_slopes(sums / max(X.shape[0], 1))
+    slopes, xbar = fit
+    part = (inputs.depth.to(t.device, torch.float32)[:, 1:] - xbar) @ slopes  # [n, D]
     return (t - part[:, None, :]).reshape(n * U, -1), stats
