@@ -157,3 +157,11 @@ def test_yaml_syntax_error_is_a_clear_message(tmp_path, text, where):
     with pytest.raises(ValueError, match=rf"c\.yaml: not valid YAML at {where}") as err:
         TrainConfig.from_yaml(p)
     assert not isinstance(err.value, yaml.YAMLError)
+
+
+def test_state_and_embedding_regularizers_exclude_each_other(tmp_path):
+    """Both VICReg pairs at once would silently drop one of them: refused, naming both."""
+    from _kit import tiny_config
+
+    with pytest.raises(ValueError, match=r"lambda_state_var/cov .*lambda_embed_var/cov"):
+        tiny_config(tmp_path, lambda_state_var=1.0, lambda_embed_var=1.0)

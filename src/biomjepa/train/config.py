@@ -76,6 +76,10 @@ class TrainConfig:
         if t.cell_centre and t.cell_centre_depth:
             raise ValueError("teacher.cell_centre and teacher.cell_centre_depth exclude each other: the first removes the "
                              "whole cell level, the second only its depth-predicted part; set one of them.")
+        lo = self.loss
+        if (lo.lambda_state_var or lo.lambda_state_cov) and (lo.lambda_embed_var or lo.lambda_embed_cov):
+            raise ValueError("loss.lambda_state_var/cov (VICReg on the student's per-cell state) and "
+                             "loss.lambda_embed_var/cov (on its pooled embedding) exclude each other; set one pair.")
         if t.depth_residual and (t.cell_centre or t.cell_centre_depth):
             raise ValueError("teacher.depth_residual removes the depth-predicted part of each cell's level, which "
                              "teacher.cell_centre / cell_centre_depth already remove; set one of them.")
