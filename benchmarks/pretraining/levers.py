@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 BASE = REPO / "models" / "biomjepa-mini-v0.3.yaml"
 #: the keys every lever changes from the v0.3 recipe (v0.3 itself is the row ``v0.3``)
 SIGNAL = ["teacher.target_centre=global", "teacher.cell_centre=false", "data.teacher_genes=512"]
+ANCHOR = ["teacher.momentum_start=1.0", "teacher.momentum_end=1.0", "probe.encoder=student"]
 LEVERS: dict[str, list[str]] = {
     "v0.3": [],
     "signal": SIGNAL,
@@ -50,6 +51,13 @@ LEVERS: dict[str, list[str]] = {
     "context-32+std": [*SIGNAL, "teacher.target_std=true", "data.context_genes=32"],
     "pred-narrow+std": [*SIGNAL, "teacher.target_std=true", "model.pred_width=64", "model.pred_heads=4",
                         "model.pred_layers=2"],
+    # the teacher anchored at its start (momentum 1: the frozen v0.2 encoder), so its targets cannot shrink
+    # (the probe then scores the student: the teacher does not move)
+    "anchored": [*SIGNAL, *ANCHOR],
+    "anchored+std": [*SIGNAL, *ANCHOR, "teacher.target_std=true"],
+    # depth-thinned student views: the teacher sees the cell as measured, the student f·counts, f ~ U(0.2, 1)
+    "thin": [*SIGNAL, "data.thin_student=0.2"],
+    "anchored+thin": [*SIGNAL, *ANCHOR, "data.thin_student=0.2"],
 }
 
 

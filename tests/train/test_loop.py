@@ -188,3 +188,26 @@ def test_export_records_pooling(tmp_path):
     assert json.loads((out / "config.json").read_text())["model"]["pooling"] == "centred_max_top5"
     with pytest.raises(ValueError, match="pooling"):
         export(run, tmp_path / "bad", pooling="mean")
+
+
+def test_an_anchored_teacher_stays_put_and_the_probe_can_score_the_student(tmp_path):
+    """momentum 1 freezes the teacher at its start; ``probe.encoder=student`` hands the hook the student."""
+    seen = {}
+
+    def hook(step, encoder, run_dir):
+        seen[step] = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
+
+    cfg = tiny_config(tmp_path, steps=4, checkpoint_every=4, momentum_start=1.0, momentum_end=1.0,
+                      probe_encoder="student", lr=1e-3, warmup_steps=1)
+    run = pretrain(cfg, on_checkpoint=hook)
+    assert sorted(seen) == [0, 4]
+    moved = [k for k in seen[0] if not torch.equal(seen[0][k], seen[4][k])]
+    assert moved  # the hook saw the student, which trained
+    out_t = export(run, tmp_path / "teacher")
+    out_s = export(run, tmp_path / "student", which="student")
+    from safetensors.torch import load_file
+
+    t, s = load_file(out_t / "model.safetensors"), load_file(out_s / "model.safetensors")
+    start = seen[0]
+    assert set(t) & set(start) and all(torch.equal(t[k], start[k]) for k in t if k in start)  # the teacher is still the start
+    assert any(not torch.equal(s[k], start[k]) for k in s if k in start)

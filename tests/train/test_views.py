@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 import pytest
 from _kit import make_graph, tiny_config
 
@@ -79,3 +80,76 @@ def test_budgets_reach_the_training_step_and_are_validated(tmp_path):
     assert int(inputs.student.gene_mask.sum(1).max()) <= 12
     with pytest.raises(ValueError, match="teacher_genes"):
         tiny_config(tmp_path, teacher_genes=0)
+
+
+def _count_cells(n=40, seed=0):
+    """Cells built from integer counts through the package's tokenizer (as the training corpus is)."""
+    from scipy import sparse
+
+    from biomjepa.data.tokenize import tokenize
+
+    rng = np.random.default_rng(seed)
+    X = sparse.random(n, 1500, density=0.2, random_state=seed, data_rvs=lambda k: rng.poisson(3, k) + 1).tocsr()
+    totals = np.asarray(X.sum(1)).ravel() + rng.integers(0, 500, n)  # counts outside the vocabulary too
+    return tokenize(X, totals), X, totals
+
+
+def test_thin_cells_keeps_everything_at_fraction_one_and_counts_are_recovered_exactly():
+    from biomjepa.train.views import thin_cells
+
+    cells, X, totals = _count_cells()
+    same, seen = thin_cells(cells, 1.0, np.random.default_rng(0))
+    assert seen.all()
+    np.testing.assert_array_equal(same.genes, cells.genes)
+    np.testing.assert_allclose(same.library, totals)
+    np.testing.assert_allclose(same.values, cells.values, rtol=1e-6)
+
+
+def test_thin_cells_is_binomial_thinning_normalized_like_the_tokenizer():
+    from biomjepa.data.tokenize import SCALE
+    from biomjepa.train.views import thin_cells
+
+    cells, X, totals = _count_cells(n=400)
+    thin, seen = thin_cells(cells, 0.2, np.random.default_rng(1))
+    cell = np.repeat(np.arange(len(cells)), cells.lengths)
+    counts = np.rint(np.expm1(thin.values.astype(np.float64)) * thin.library[cell] / SCALE)
+    assert np.all(counts <= X.data) and np.array_equal(counts > 0, seen)
+    frac = thin.library / totals
+    assert frac.min() >= 0.15 and frac.max() <= 1.0  # per-cell fraction drawn from [0.2, 1]
+    assert abs(frac.mean() - 0.6) < 0.03 and frac.std() > 0.15  # U(0.2, 1): mean 0.6, s.d. 0.23
+    kept_share = np.bincount(cell, weights=counts) / np.bincount(cell, weights=X.data)
+    np.testing.assert_allclose(kept_share, frac, atol=0.1)  # the library thins with the genes
+    assert np.all(np.add.reduceat(seen, cells.indptr[:-1]) >= 1)  # every cell keeps a gene
+
+
+def test_context_stays_inside_the_eligible_positions(tmp_path):
+    from biomjepa.data.graph import GeneGraph
+
+    graph = GeneGraph.load(make_graph(tmp_path))
+    cells = _cells([600, 900, 80])
+    eligible = np.random.default_rng(5).random(cells.genes.size) < 0.3
+    cfg = BlockConfig(min_block=100, max_block=400, min_context=8, max_context=50)
+    s = sample_blocks(cells.indptr, cells.genes, graph, cfg, block_rng(0, 0), context_eligible=eligible)
+    assert s.context.any() and not np.any(s.context & ~eligible)
+    ref = sample_blocks(cells.indptr, cells.genes, graph, cfg, block_rng(0, 0))
+    np.testing.assert_array_equal(s.target_pos, ref.target_pos)  # targets do not depend on the student's view
+    for i in range(3):
+        ctx = np.flatnonzero(s.context[cells.indptr[i]:cells.indptr[i + 1]])
+        for k in range(cfg.n_targets):
+            assert np.isin(s.dmt(i, k), ctx).all()
+
+
+def test_thinned_student_views_reach_the_training_step(tmp_path):
+    from biomjepa.train.distributed import init_distributed
+    from biomjepa.train.loop import Trainer
+
+    kw = dict(teacher_genes=60, min_context=4, batch_size=8, accumulation=1, steps=2, checkpoint_every=100,
+              tensorboard=False, progress=False)
+    plain = Trainer(tiny_config(tmp_path / "a", **kw), init_distributed("cpu"))
+    thin = Trainer(tiny_config(tmp_path / "b", thin_student=0.1, **kw), init_distributed("cpu"))
+    a, b = plain._micro(next(plain.batches()), 0), thin._micro(next(thin.batches()), 0)
+    assert torch.equal(a.teacher.values, b.teacher.values)  # the teacher sees the cell as measured
+    assert int(b.student.gene_mask.sum()) < int(a.student.gene_mask.sum())
+    assert float(b.student.values[b.student.gene_mask].min()) > 0  # no thinned-out gene in the context
+    with pytest.raises(ValueError, match="thin_student"):
+        tiny_config(tmp_path, thin_student=0)

@@ -3,7 +3,8 @@
 A training config's ``probe`` section names an h5ad file (``path``, raw counts) and optionally which of
 its cells to use (``obs``: a text file of obs names, e.g. the held-out validation cells) and a label
 column (``label_key``). :func:`probe_hook` is the ``on_checkpoint`` hook of
-:func:`biomjepa.train.pretrain` (``biomjepa train`` builds it from the config): at every checkpoint the teacher embeds the probe cells with every readout
+:func:`biomjepa.train.pretrain` (``biomjepa train`` builds it from the config): at every checkpoint the probed encoder (the EMA teacher, or
+the student with ``probe.encoder: student``) embeds the probe cells with every readout
 of :data:`biomjepa.nn.pooling.POOLINGS` and the loop appends, per readout, the effective rank,
 the paper's depth association against detected genes (``depth_nnz``: mean of ``|r|`` of the
 leading axis and of the embedding norm with the number of detected genes) and, with labels,
@@ -149,7 +150,8 @@ def append_rows(path: Path, rows: list[dict]) -> None:
 
 
 class probe_hook:  # a class used like a function: ``on_checkpoint=probe_hook(cfg)``
-    """The ``on_checkpoint`` hook that scores the teacher on held-out cells and appends to ``probe.csv``.
+    """The ``on_checkpoint`` hook that scores the encoder the loop hands it (the teacher, or the student with
+    ``probe.encoder: student``) on held-out cells and appends to ``probe.csv``.
 
     ``cfg`` is a :class:`~biomjepa.train.TrainConfig` (its ``probe`` section and ``run.seed``, which
     draws the cells when there are more than ``probe.cells``); the cells are read on first use
@@ -161,13 +163,13 @@ class probe_hook:  # a class used like a function: ``on_checkpoint=probe_hook(cf
             raise ValueError("probe_hook needs a config whose probe.path names an h5ad file of held-out cells.")
         self.cfg, self.seed, self.probe = cfg.probe, cfg.run.seed, None
 
-    def __call__(self, step: int, teacher, run_dir: Path) -> None:
+    def __call__(self, step: int, encoder, run_dir: Path) -> None:
         import logging
 
         if self.probe is None:
             c = self.cfg
             self.probe = load_probe(c.path, obs=c.obs, label_key=c.label_key, max_cells=c.cells, seed=self.seed)
-        rows = probe_scores(teacher, self.probe, step)
+        rows = probe_scores(encoder, self.probe, step)
         diag = log_diagnostics(Path(run_dir) / "log.csv", step)
         rows = [{**r, **diag} for r in rows]
         append_rows(Path(run_dir) / "probe.csv", rows)

@@ -194,6 +194,7 @@ def sample_blocks(
     *,
     vocab_size: int | None = None,
     keep_candidates: bool = False,
+    context_eligible: np.ndarray | None = None,
 ) -> BlockSample:
     """Sample ``cfg.n_targets`` blocks per cell, the student context and DMT candidates.
 
@@ -208,6 +209,10 @@ def sample_blocks(
         :class:`BlockConfig`.
     rng
         ``numpy.random.Generator``, e.g. :func:`block_rng` ``(seed, step, rank, worker)``.
+    context_eligible
+        bool ``[nnz]``: positions the student may see (default all), e.g. the genes a depth-thinned student
+        view still observes (:func:`~biomjepa.train.views.thin_cells`). The context, its safeguard (all
+        eligible positions) and the DMT candidates stay inside it; targets do not depend on it.
     """
     indptr, genes = np.asarray(indptr, np.int64), np.asarray(genes, np.int64)
     V = graph.n_genes if graph is not None else int(vocab_size)
@@ -229,9 +234,11 @@ def sample_blocks(
     union = np.zeros(genes.size, dtype=bool)
     union[flat[in_t]] = True
     cell_of = np.repeat(np.arange(n), lengths)
+    eligible = np.ones(genes.size, bool) if context_eligible is None else np.asarray(context_eligible, bool)
     nominal = lengths - np.bincount(cell_of[union], minlength=n)
-    fallback = nominal < cfg.min_context
-    context = ~union | fallback[cell_of]
+    avail = nominal if context_eligible is None else np.bincount(cell_of[eligible & ~union], minlength=n)
+    fallback = avail < cfg.min_context
+    context = eligible & (~union | fallback[cell_of])
     if cfg.max_context is not None:
         context = keep_mask(indptr, context, cfg.max_context, rng)
 

@@ -34,7 +34,8 @@ LATEST = "LATEST"
 #: TrainConfig keys a resumed run must share with its saved state (besides the encoder's ModelConfig
 #: and the prepared corpus): what is trained, on what, and the shapes of the saved tensors.
 RESUME_KEYS = ("corpus", "objective", "pred_layers", "pred_heads", "pred_width", "target_centre", "cell_centre",
-               "cell_centre_depth", "depth_residual", "target_std", "target_scale", "teacher_genes", "context_genes")
+               "cell_centre_depth", "depth_residual", "target_std", "target_scale", "teacher_genes", "context_genes",
+               "thin_student")
 
 
 def rng_state() -> dict:
@@ -251,7 +252,7 @@ def _mismatch(key: str, old, new, text: str) -> dict:
 #: not what is trained: resuming with other values is not a change of the run.
 RUN_KEYS = ("out_dir", "run_name", "stop_at", "cache_dir", "device", "checkpoint_every", "keep_checkpoints",
             "max_bad_steps", "log_every", "tensorboard", "progress", "log_cell_ids", "allow_resume_mismatch",
-            "probe", "probe_obs", "probe_label_key", "probe_cells")
+            "probe", "probe_obs", "probe_label_key", "probe_cells", "probe_encoder")
 #: Keys that decide which cells the next steps see (the data stream is a function of them and of
 #: the step): a resumed run with other values is refused unless ``allow_resume_mismatch``.
 DATA_ORDER_KEYS = ("seed", "batch_size", "accumulation", "num_workers", "sort_pool")

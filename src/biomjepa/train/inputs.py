@@ -88,15 +88,18 @@ def build_inputs(
     token_cap: int = 64,
     rng: np.random.Generator | None = None,
     whole: TokenizedCells | None = None,
+    student_cells: TokenizedCells | None = None,
 ) -> TrainInputs:
     """Collate one micro-batch for ``objective`` from ``cells`` and their :class:`BlockSample`.
 
     ``whole``: the same cells before any gene budget, whose depth ``inputs.depth`` records (``cells``
-    itself when omitted).
+    itself when omitted). ``student_cells``: what the student reads at the same positions, e.g. a
+    depth-thinned copy (:func:`~biomjepa.train.views.thin_cells`; the sample's context must only name
+    positions it observes); ``cells`` when omitted.
     """
     n, K = sample.n_cells, sample.n_targets
     teacher = collate(cells, vocab_size)
-    student = collate(context_cells(cells, sample.context), vocab_size)
+    student = collate(context_cells(cells if student_cells is None else student_cells, sample.context), vocab_size)
     spos = _student_positions(cells, sample.context)
     pair = _ragged_to_flat(sample.target_indptr)  # pair = i*K + k of each target entry
     cell = pair // K

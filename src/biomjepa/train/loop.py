@@ -53,7 +53,7 @@ from .setup import (
     state_hash,
 )
 from .signals import GracefulStop
-from .views import gene_budget
+from .views import gene_budget, thin_cells
 
 logger = logging.getLogger(__name__)
 LOG_FIELDS = [
@@ -212,7 +212,8 @@ class Trainer:
 
     def _checkpoint_hook(self) -> None:
         if self.on_checkpoint is not None:
-            self.on_checkpoint(self.step, self.teacher, self.run_dir)
+            encoder = self.teacher if self.cfg.probe.encoder == "teacher" else self.model.student
+            self.on_checkpoint(self.step, encoder, self.run_dir)
 
     # ---------------------------------------------------------------- loop
     def batches(self):
@@ -272,10 +273,12 @@ class Trainer:
         cfg, info = self.cfg, self.info
         rng = block_rng(cfg.run.seed, self.step, info.rank, micro)
         cells = gene_budget(batch.cells, cfg.data.teacher_genes, rng)
+        thinned, seen = thin_cells(cells, cfg.data.thin_student, rng) if cfg.data.thin_student else (None, None)
         sample = sample_blocks(cells.indptr, cells.genes, self.graph, cfg.block_config(), rng,
-                               vocab_size=self.model.config.vocab_size)
+                               vocab_size=self.model.config.vocab_size, context_eligible=seen)
         inputs = build_inputs(cells, sample, self.model.config.vocab_size, objective=cfg.loss.objective,
-                              token_cap=cfg.loss.token_cap, rng=rng, whole=batch.cells).to(info.device)
+                              token_cap=cfg.loss.token_cap, rng=rng, whole=batch.cells,
+                              student_cells=thinned).to(info.device)
         if cfg.loop.log_cell_ids:
             with open(self.run_dir / f"cell_ids_rank{info.rank}.txt", "a") as f:
                 np.savetxt(f, np.c_[np.full(len(batch.ids), self.step), batch.ids], fmt="%d")

@@ -33,6 +33,11 @@ class DataSection:
     Per-cell token budgets (our addition; None = every observed gene, the paper): the teacher's view of a
     cell keeps at most ``teacher_genes`` genes (blocks and context are drawn inside it), the student's
     context at most ``context_genes`` (docs/pretraining_notes.md, "cheap steps").
+
+    ``thin_student`` (our addition; None = off): depth-thinned student views. The teacher sees the cell as
+    measured; the student sees the same cell with its counts binomially thinned to a fraction ``f`` drawn per
+    cell uniformly from ``[thin_student, 1]`` (genes thinned to zero leave the student's context), so the
+    encoder is trained to give a shallow cell the representation of its deep self.
     """
 
     corpus: Any = None  # list of files / shard specs (dicts), a glob, or a prepared cache directory
@@ -43,6 +48,7 @@ class DataSection:
     sort_pool: int = 64
     teacher_genes: int | None = None
     context_genes: int | None = None
+    thin_student: float | None = None
 
 
 @dataclass(frozen=True)
@@ -147,12 +153,17 @@ class LoopSection:
 
 @dataclass(frozen=True)
 class ProbeSection:
-    """Held-out cells scored at every checkpoint (probe.csv): an h5ad path, an obs-name file, a label column."""
+    """Held-out cells scored at every checkpoint (probe.csv): an h5ad path, an obs-name file, a label column.
+
+    ``encoder``: which network the probe embeds with, the EMA ``teacher`` (what :func:`~biomjepa.train.export`
+    writes by default) or the ``student`` (the one to export when the teacher is anchored, momentum 1).
+    """
 
     path: str | None = None
     obs: str | None = None
     label_key: str | None = None
     cells: int = 512
+    encoder: Literal["teacher", "student"] = "teacher"
 
 
 SECTIONS = {
@@ -161,7 +172,8 @@ SECTIONS = {
 }
 #: flat names whose field is called otherwise inside its section
 _RENAMED = {"model": ("model", "preset"), "model_overrides": ("model", "overrides"), "probe": ("probe", "path"),
-            "probe_obs": ("probe", "obs"), "probe_label_key": ("probe", "label_key"), "probe_cells": ("probe", "cells")}
+            "probe_obs": ("probe", "obs"), "probe_label_key": ("probe", "label_key"), "probe_cells": ("probe", "cells"),
+            "probe_encoder": ("probe", "encoder")}
 
 
 def _flat_names() -> dict[str, tuple[str, str]]:
