@@ -1,4 +1,5 @@
-"""Export a pretraining run's teacher as the bundled ``biomjepa-mini`` checkpoint (bf16 storage).
+"""Export a pretraining run's encoder (the teacher, or the student it probed) as the bundled
+``biomjepa-mini`` checkpoint (bf16 storage).
 
     python scripts/export_bundled.py RUN_DIR [--version 0.3] [--step N] [--pooling centred_wmean_q90] \\
         [--feature-cells 2048] [--out DIR]
@@ -46,15 +47,27 @@ def corpus_sample(state: dict, run: Path, n: int, seed: int = 0):
     return concat_cells(parts)
 
 
-def readout_from_corpus(state: dict, run: Path, pooling: str, n: int) -> dict:
-    """Fixed feature statistics of the teacher's ``pooling`` readout over ``n`` corpus cells."""
+def probed_encoder(state: dict) -> str:
+    """The encoder a run scored at its checkpoints (``probe.encoder``: the student for an anchored teacher)."""
+    return state["config"].get("probe_encoder") or "teacher"
+
+
+def encoder_weights(state: dict, which: str) -> dict:
+    """The ``teacher``'s or the ``student``'s encoder weights of a training state."""
+    if which == "teacher":
+        return state["teacher"]
+    return {k[len("student."):]: v for k, v in state["model"].items() if k.startswith("student.")}
+
+
+def readout_from_corpus(state: dict, run: Path, pooling: str, n: int, which: str = "teacher") -> dict:
+    """Fixed feature statistics of the ``which`` encoder's ``pooling`` readout over ``n`` corpus cells."""
     from biomjepa.bench.probe import ProbeSet, probe_embeddings
     from biomjepa.nn.config import ModelConfig
     from biomjepa.nn.encoder import Encoder
     from biomjepa.nn.readout import feature_stats, readout_entry
 
     enc = Encoder(ModelConfig.from_dict(state["model_config"]))
-    enc.load_state_dict(state["teacher"])
+    enc.load_state_dict(encoder_weights(state, which))
     cells = corpus_sample(state, run, n)
     Z = probe_embeddings(enc, ProbeSet(cells, np.zeros(len(cells)), np.zeros(len(cells)), None))[pooling]
     mean, scale = feature_stats(Z)
@@ -68,6 +81,8 @@ def main() -> None:
     p.add_argument("--step", type=int, default=None, help="training step to export (default: latest)")
     p.add_argument("--pooling", default=None, help="readout to record (default: the run's, max_top5)")
     p.add_argument("--feature-cells", type=int, default=0, help="corpus cells for fixed feature statistics (0: none)")
+    p.add_argument("--which", choices=["teacher", "student"], default=None,
+                   help="encoder to export (default: the one the run probed, probe.encoder)")
     p.add_argument("--out", default=None, help="output directory (default: src/biomjepa/_models/biomjepa-mini-v<version>)")
     args = p.parse_args()
     from biomjepa.train.checkpoint import latest_state, load_state
@@ -76,9 +91,10 @@ def main() -> None:
     source = latest_state(run) if args.step is None else run / "checkpoints" / f"step_{args.step:08d}.pt"
     state = load_state(source)
     pooling = args.pooling or state["model_config"].get("pooling", "max_top5")
-    readout = readout_from_corpus(state, run, pooling, args.feature_cells) if args.feature_cells > 0 else None
+    which = args.which or probed_encoder(state)
+    readout = readout_from_corpus(state, run, pooling, args.feature_cells, which) if args.feature_cells > 0 else None
     out = Path(args.out) if args.out else Path("src/biomjepa/_models") / f"biomjepa-mini-v{args.version}"
-    export(state, out, which="teacher", dtype=torch.bfloat16, pooling=args.pooling, readout=readout)
+    export(state, out, which=which, dtype=torch.bfloat16, pooling=args.pooling, readout=readout)
     meta = json.loads((out / "config.json").read_text())
     size = (out / "model.safetensors").stat().st_size / 2**20
     stats = f"{readout['n_cells']} corpus cells" if readout else "none"

@@ -58,6 +58,7 @@ LEVERS: dict[str, list[str]] = {
     # depth-thinned student views: the teacher sees the cell as measured, the student f·counts, f ~ U(0.2, 1)
     "thin": [*SIGNAL, "data.thin_student=0.2"],
     "anchored+thin": [*SIGNAL, *ANCHOR, "data.thin_student=0.2"],
+    "anchored+std+thin": [*SIGNAL, *ANCHOR, "teacher.target_std=true", "data.thin_student=0.2"],
 }
 
 

@@ -1,6 +1,7 @@
 """Learning curves of a pretraining run on the validation cells, with PCA-50 on the same cells as a line.
 
-For each saved training state (every ``--every`` steps) the teacher is exported with the chosen
+For each saved training state (every ``--every`` steps) the probed encoder (the teacher, or the student of a
+run with ``probe.encoder: student``) is exported with the chosen
 readout and fixed feature statistics from its own corpus (``scripts/export_bundled.py``'s
 ``readout_from_corpus``), then scored with ``model_card_eval``'s protocol on
 - the held-out sorted-PBMC validation cells: few-shot k = 5 macro-F1, effective rank, depth
@@ -41,7 +42,7 @@ def _rows(step: int, presentations: int, table: list[dict], cells: str) -> list[
 
 
 def score_state(path: Path, run: Path, pooling: str, feature_cells: int, seeds) -> tuple[int, list[dict], list[dict]]:
-    from export_bundled import readout_from_corpus
+    from export_bundled import probed_encoder, readout_from_corpus
 
     from benchmarks.evaluation import model_card_eval as mce
     from biomjepa.train import export
@@ -53,7 +54,9 @@ def score_state(path: Path, run: Path, pooling: str, feature_cells: int, seeds) 
     presentations = step * int(cfg["batch_size"]) * int(cfg["accumulation"])
     with tempfile.TemporaryDirectory() as tmp:
         ck = Path(tmp) / "ck"
-        export(state, ck, pooling=pooling, readout=readout_from_corpus(state, run, pooling, feature_cells))
+        which = probed_encoder(state)  # the student where the run anchored its teacher
+        export(state, ck, which=which, pooling=pooling,
+               readout=readout_from_corpus(state, run, pooling, feature_cells, which))
         out = _rows(step, presentations, mce.score(mce.validation_cells(), {"model": str(ck)}, seeds,
                                                    fractions=(0.2,)), "validation")
         out += _rows(step, presentations, mce.score(mce.chemistry_cells(), {"model": str(ck)}, seeds,

@@ -96,6 +96,15 @@ def pca50(cfg, n_cells: int):
     return adata.obsm["X_pca50"]
 
 
+def step0_encoder(cfg):
+    """The encoder every lever starts from (its seed and gene initialisation), built by the training code."""
+    from biomjepa.train.distributed import init_distributed
+    from biomjepa.train.loop import Trainer
+
+    tmp = tempfile.mkdtemp()
+    return Trainer(cfg.replace(run_name="init", out_dir=tmp), init_distributed("cpu")).teacher
+
+
 def main() -> None:
     import pandas as pd
 
@@ -107,6 +116,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", type=Path, help="run directories (each with config.yaml and checkpoints/)")
     p.add_argument("--csv", type=Path, default=RESULTS / "pretrain_readouts_v03.csv")
+    p.add_argument("--init", action="store_true", help="also score the step-0 encoder of the first run's config")
     args = p.parse_args()
     rows, probe = [], None
     for run in args.runs:
@@ -115,6 +125,9 @@ def main() -> None:
             c = cfg.probe
             probe = load_probe(c.path, obs=c.obs, label_key=c.label_key, max_cells=c.cells, seed=cfg.run.seed)
             rows.append({"run": "pca50", "encoder": "", "step": 0, **score("pca50", pca50(cfg, len(probe.cells)), probe)})
+            if args.init:
+                for name, Z in embed_all(step0_encoder(cfg), probe).items():
+                    rows.append({"run": "init", "encoder": "teacher", "step": 0, **score(name, Z, probe)})
         with tempfile.TemporaryDirectory() as tmp:
             out = export(run, Path(tmp) / "ckpt", which=cfg.probe.encoder)
             model = load_checkpoint(out)

@@ -43,8 +43,12 @@ def test_centred_pooling_ignores_a_cell_wide_shift():
     gm[2, 9:] = False  # padding
     v = torch.rand(3, 12) + 0.1
     shift = torch.randn(3, 1, 8) * 5
-    for kind in POOLINGS[1:]:
+    for kind in [k for k in POOLINGS if k.startswith("centred")]:
         torch.testing.assert_close(pool(h + shift, gm, v, kind), pool(h, gm, v, kind))
+    # mean_wmean keeps the level in its first half (exactly the shift) and is centred in its second
+    moved = pool(h + shift, gm, v, "mean_wmean") - pool(h, gm, v, "mean_wmean")
+    torch.testing.assert_close(moved[:, :8], shift[:, 0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(moved[:, 8:], torch.zeros(3, 8), rtol=1e-5, atol=1e-5)
     # the paper's readout moves with the shift
     assert not torch.allclose(pool(h + shift, gm, v, "max_top5"), pool(h, gm, v, "max_top5"))
     # padding and technical tokens never contribute, even when huge
@@ -65,6 +69,8 @@ def test_centred_max_top5_by_hand_and_unknown_pooling():
     assert pool(h, gm, v, "centred_max_top5").tolist() == [[2.0, 0.0]]
     # weighted mean of centred states: (-2·1 + 0·1 + 2·2) / 4 = 0.5, then max 2
     assert pool(h, gm, v, "centred_wmean_max").tolist() == [[0.5, 2.0]]
+    # mean state 3 (technical tokens excluded) ‖ weighted mean of the centred states 0.5
+    assert pool(h, gm, v, "mean_wmean").tolist() == [[3.0, 0.5]]
     import pytest
 
     with pytest.raises(ValueError, match="Unknown pooling"):

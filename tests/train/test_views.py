@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 import pytest
+import torch
 from _kit import make_graph, tiny_config
 
 from biomjepa.data.tokenize import TokenizedCells
@@ -97,7 +97,7 @@ def _count_cells(n=40, seed=0):
 def test_thin_cells_keeps_everything_at_fraction_one_and_counts_are_recovered_exactly():
     from biomjepa.train.views import thin_cells
 
-    cells, X, totals = _count_cells()
+    cells, _, totals = _count_cells()
     same, seen = thin_cells(cells, 1.0, np.random.default_rng(0))
     assert seen.all()
     np.testing.assert_array_equal(same.genes, cells.genes)

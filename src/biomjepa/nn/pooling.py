@@ -15,20 +15,30 @@ each other and drops that shared level.
 90th percentile over the cell's genes. The maximum of ``n`` token states grows with ``n`` (an
 extreme-value statistic), so a cell with more detected genes reads out larger; a fixed quantile of
 the same states does not grow with ``n``.
+
+``mean_wmean`` (issue 28): each cell's mean gene-token state ‖ the expression-weighted mean of the centred
+states. Targets that keep the cell level (the paper's global centre, no cell centring) are block means of
+token states, so the cell's mean state is exactly what training shapes; the second half adds what
+distinguishes the cell's expressed genes. Both halves are smooth statistics (no per-feature maximum, which
+grows with the number of detected genes). Not invariant to a cell-wide shift: the level is kept on purpose.
 """
 
 from __future__ import annotations
 
 import torch
 
-POOLINGS = ("max_top5", "centred_max_top5", "centred_wmean_max", "centred_wmean_q90")
+POOLINGS = ("max_top5", "centred_max_top5", "centred_wmean_max", "centred_wmean_q90", "mean_wmean")
+
+
+def mean_state(hidden: torch.Tensor, gene_mask: torch.Tensor) -> torch.Tensor:
+    """Each cell's mean state over its gene tokens (``gene_mask [B, T]``) → ``[B, D]`` (zeros for no genes)."""
+    g = gene_mask[..., None].to(hidden.dtype)
+    return (hidden * g).sum(1) / g.sum(1).clamp(min=1)
 
 
 def centre_states(hidden: torch.Tensor, gene_mask: torch.Tensor) -> torch.Tensor:
     """``hidden [B, T, D]`` minus each cell's mean over its gene tokens (``gene_mask [B, T]``); a new tensor."""
-    g = gene_mask[..., None].to(hidden.dtype)
-    mean = (hidden * g).sum(1, keepdim=True) / g.sum(1, keepdim=True).clamp(min=1)
-    return hidden - mean
+    return hidden - mean_state(hidden, gene_mask)[:, None, :]
 
 
 def max_top5_pool(hidden: torch.Tensor, gene_mask: torch.Tensor, k: int = 5) -> torch.Tensor:
@@ -75,6 +85,8 @@ def pool(hidden: torch.Tensor, gene_mask: torch.Tensor, values: torch.Tensor, ki
     if kind not in POOLINGS:
         raise ValueError(f"Unknown pooling {kind!r}; choose one of {POOLINGS}.")
     c = centre_states(hidden, gene_mask)
+    if kind == "mean_wmean":
+        return torch.cat([mean_state(hidden, gene_mask), weighted_mean(c, gene_mask, values)], -1)
     if kind == "centred_max_top5":
         return max_top5_pool(c, gene_mask)
     if kind == "centred_wmean_q90":

@@ -25,7 +25,7 @@ from torch import nn
 
 from ..nn.config import ModelConfig
 from ..nn.encoder import Encoder, EncoderBlock
-from ..nn.pooling import max_top5_pool
+from ..nn.pooling import max_top5_pool, mean_state
 
 
 def dmt_pool(query: torch.Tensor, hidden: torch.Tensor, pool_mask: torch.Tensor, tau: float) -> torch.Tensor:
@@ -124,18 +124,12 @@ class JEPA(nn.Module):
         pred = self.predictor(pooled, q, inputs.valid)
         if not with_embedding:
             return pred
-        return pred, (max_top5_pool(hidden, s.gene_mask) if with_embedding != "mean" else _mean_state(hidden, s.gene_mask))
+        return pred, (max_top5_pool(hidden, s.gene_mask) if with_embedding != "mean" else mean_state(hidden, s.gene_mask))
 
     def decode(self, pred: torch.Tensor, unit: torch.Tensor, gene: torch.Tensor) -> torch.Tensor:
         """Decoder control: expression of target genes ``gene [M]`` from their unit's state ``[M]``."""
         z = self.decoder_head(pred.reshape(-1, pred.shape[-1])[unit])
         return (z * self.predictor.query_embedding(gene)).sum(-1) + self.decoder_bias
-
-
-def _mean_state(hidden: torch.Tensor, gene_mask: torch.Tensor) -> torch.Tensor:
-    """Each cell's mean token state over its gene tokens, ``[n, D]``."""
-    g = gene_mask[..., None].to(hidden.dtype)
-    return (hidden * g).sum(1) / g.sum(1).clamp(min=1)
 
 
 @torch.no_grad()
