@@ -59,6 +59,10 @@ LEVERS: dict[str, list[str]] = {
     "thin": [*SIGNAL, "data.thin_student=0.2"],
     "anchored+thin": [*SIGNAL, *ANCHOR, "data.thin_student=0.2"],
     "anchored+std+thin": [*SIGNAL, *ANCHOR, "teacher.target_std=true", "data.thin_student=0.2"],
+    # the targets divided by one number (their batch RMS), so the hinge's γ = 1 and the targets share a scale
+    # without lifting the near-empty dimensions that per-dimension standardization lifts
+    "anchored+scale": [*SIGNAL, *ANCHOR, "teacher.target_scale=true"],
+    "anchored+scale+thin": [*SIGNAL, *ANCHOR, "teacher.target_scale=true", "data.thin_student=0.2"],
 }
 
 
