@@ -63,6 +63,10 @@ LEVERS: dict[str, list[str]] = {
     # without lifting the near-empty dimensions that per-dimension standardization lifts
     "anchored+scale": [*SIGNAL, *ANCHOR, "teacher.target_scale=true"],
     "anchored+scale+thin": [*SIGNAL, *ANCHOR, "teacher.target_scale=true", "data.thin_student=0.2"],
+    # the next lever (docs/pretraining_notes.md, Session 8): VICReg on the student's states keeps it from meeting
+    # unit-scale targets with one grown direction
+    "anchored+scale+state": [*SIGNAL, *ANCHOR, "teacher.target_scale=true", "loss.lambda_state_var=1.0",
+                             "loss.lambda_state_cov=0.04"],
 }
 
 

@@ -3,13 +3,10 @@
 The package's centred readouts subtract each cell's mean token state before pooling; with targets that keep
 the cell level (the paper's global centre, no cell centring) that mean is what the block targets carry. This
 script exports each run's final encoder (the teacher, or the student where the run probed the student),
-embeds the 1,072 validation PBMCs once and scores, next to the package's readouts
-(:data:`biomjepa.nn.pooling.POOLINGS`), two candidates that keep the level:
-
-* ``mean``: each cell's mean gene-token state ``[D]``, the quantity a block target averages;
-* ``mean_wmean``: that mean ‖ the expression-weighted mean of the centred states ``[2D]`` (the level plus what
-  distinguishes the cell's expressed genes; smooth statistics only, no per-feature maximum, which grows with the
-  number of detected genes).
+embeds the 1,072 validation PBMCs once and scores the package's readouts (:data:`biomjepa.nn.pooling.POOLINGS`,
+among them ``mean_wmean``: the cell's mean state ‖ the weighted mean of the centred states, which this script
+first measured on runs trained before it existed) and ``mean``, each cell's mean gene-token state ``[D]``
+alone, the quantity a block target averages.
 
 Columns as ``probe.csv`` (few-shot k = 5 macro-F1, effective rank, depth association); PCA-50 of the same cells
 is the ``pca50`` row. Validation cells only: choose here, never on the test cells.
@@ -30,20 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `b
 from benchmarks._common import RESULTS
 
 REPO = Path(__file__).resolve().parents[2]
-EXTRA = ("mean", "mean_wmean")
+EXTRA = ("mean",)  # beside the package's readouts, which include mean_wmean
 
 
 def readouts(h, gene_mask, values) -> dict:
-    """``{name: [B, ·]}``: the package's readouts and the two level-keeping candidates."""
-    import torch
+    """``{name: [B, ·]}``: the package's readouts (``mean_wmean`` among them) and the mean state alone."""
+    from biomjepa.nn.pooling import POOLINGS, mean_state, pool
 
-    from biomjepa.nn.pooling import POOLINGS, centre_states, pool, weighted_mean
-
-    g = gene_mask[..., None].to(h.dtype)
-    mean = (h * g).sum(1) / g.sum(1).clamp(min=1)
     out = {k: pool(h, gene_mask, values, k) for k in POOLINGS}
-    out["mean"] = mean
-    out["mean_wmean"] = torch.cat([mean, weighted_mean(centre_states(h, gene_mask), gene_mask, values)], -1)
+    out["mean"] = mean_state(h, gene_mask)
     return out
 
 
