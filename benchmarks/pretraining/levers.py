@@ -49,6 +49,8 @@ LEVERS: dict[str, list[str]] = {
     "ema-slow+std": [*SIGNAL, "teacher.target_std=true", "teacher.momentum_start=0.999", "teacher.momentum_end=0.9999"],
     "lambda-low+std": [*SIGNAL, "teacher.target_std=true", "loss.lambda_var=0.05", "loss.lambda_cov=0.01"],
     "context-32+std": [*SIGNAL, "teacher.target_std=true", "data.context_genes=32"],
+    "context-256": [*SIGNAL, "data.context_genes=256"],
+    "pred-narrow": [*SIGNAL, "model.pred_width=64", "model.pred_heads=4", "model.pred_layers=2"],
     "pred-narrow+std": [*SIGNAL, "teacher.target_std=true", "model.pred_width=64", "model.pred_heads=4",
                         "model.pred_layers=2"],
     # the teacher anchored at its start (momentum 1: the frozen v0.2 encoder), so its targets cannot shrink
@@ -63,10 +65,12 @@ LEVERS: dict[str, list[str]] = {
     # without lifting the near-empty dimensions that per-dimension standardization lifts
     "anchored+scale": [*SIGNAL, *ANCHOR, "teacher.target_scale=true"],
     "anchored+scale+thin": [*SIGNAL, *ANCHOR, "teacher.target_scale=true", "data.thin_student=0.2"],
-    # the next lever (docs/pretraining_notes.md, Session 8): VICReg on the student's states keeps it from meeting
-    # unit-scale targets with one grown direction
+    # VICReg on the student's states against meeting unit-scale targets with one grown direction (Session 8)
     "anchored+scale+state": [*SIGNAL, *ANCHOR, "teacher.target_scale=true", "loss.lambda_state_var=1.0",
                              "loss.lambda_state_cov=0.04"],
+    # the lever after it: the depth-predictable part of the level (the direction the student grows) removed
+    "anchored+scale+state+depth": [*SIGNAL, *ANCHOR, "teacher.target_scale=true", "teacher.depth_residual=true",
+                                   "loss.lambda_state_var=1.0", "loss.lambda_state_cov=0.04"],
 }
 
 
