@@ -52,19 +52,13 @@ def probed_encoder(state: dict) -> str:
     return state["config"].get("probe_encoder") or "teacher"
 
 
-def encoder_weights(state: dict, which: str) -> dict:
-    """The ``teacher``'s or the ``student``'s encoder weights of a training state."""
-    if which == "teacher":
-        return state["teacher"]
-    return {k[len("student."):]: v for k, v in state["model"].items() if k.startswith("student.")}
-
-
 def readout_from_corpus(state: dict, run: Path, pooling: str, n: int, which: str = "teacher") -> dict:
     """Fixed feature statistics of the ``which`` encoder's ``pooling`` readout over ``n`` corpus cells."""
     from biomjepa.bench.probe import ProbeSet, probe_embeddings
     from biomjepa.nn.config import ModelConfig
     from biomjepa.nn.encoder import Encoder
     from biomjepa.nn.readout import feature_stats, readout_entry
+    from biomjepa.train.checkpoint import encoder_weights
 
     enc = Encoder(ModelConfig.from_dict(state["model_config"]))
     enc.load_state_dict(encoder_weights(state, which))

@@ -318,6 +318,13 @@ def check_export_dir(out_dir: str | os.PathLike, *, overwrite: bool = False) -> 
     return p
 
 
+def encoder_weights(state: dict, which: str = "teacher") -> dict:
+    """The ``"teacher"``'s (EMA) or the ``"student"``'s encoder weights of a loaded training state."""
+    if which == "teacher":
+        return state["teacher"]
+    return {k[len("student."):]: v for k, v in state["model"].items() if k.startswith("student.")}
+
+
 def export(
     source, out_dir: str | os.PathLike, *, which: str = "teacher", dtype=torch.float32, pooling: str | None = None,
     readout: dict | None = None, overwrite: bool = False,
@@ -365,11 +372,7 @@ def export(
         state = load_state(path)
     mc = ModelConfig.from_dict(state["model_config"])
     encoder = Encoder(mc if pooling is None else replace(mc, pooling=pooling))
-    if which == "teacher":
-        weights = state["teacher"]
-    else:
-        weights = {k[len("student."):]: v for k, v in state["model"].items() if k.startswith("student.")}
-    encoder.load_state_dict(weights)
+    encoder.load_state_dict(encoder_weights(state, which))
     prov = {
         "source": "biomjepa.train",
         "encoder": which,
