@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 BASE = REPO / "models" / "biomjepa-mini-v0.3.yaml"
 #: the keys every lever changes from the v0.3 recipe (v0.3 itself is the row ``v0.3``)
 SIGNAL = ["teacher.target_centre=global", "teacher.cell_centre=false", "data.teacher_genes=512"]
+GENE = ["teacher.target_centre=gene", "teacher.cell_centre=false", "data.teacher_genes=512", "teacher.centre_rate=0.99"]
 ANCHOR = ["teacher.momentum_start=1.0", "teacher.momentum_end=1.0", "probe.encoder=student"]
 LEVERS: dict[str, list[str]] = {
     "v0.3": [],
@@ -71,6 +72,12 @@ LEVERS: dict[str, list[str]] = {
     # the lever after it: the depth-predictable part of the level (the direction the student grows) removed
     "anchored+scale+state+depth": [*SIGNAL, *ANCHOR, "teacher.target_scale=true", "teacher.depth_residual=true",
                                    "loss.lambda_state_var=1.0", "loss.lambda_state_cov=0.04"],
+    # a cell-level contrastive term (InfoNCE, other cells of the batch as negatives) on targets with the
+    # per-gene centre, so that targets that stop telling cells apart cost loss (Session 9)
+    "nce": [*GENE, "loss.lambda_align=0", "loss.lambda_var=0", "loss.lambda_cov=0", "loss.lambda_nce=1.0"],
+    "nce+thin": [*GENE, "loss.lambda_align=0", "loss.lambda_var=0", "loss.lambda_cov=0", "loss.lambda_nce=1.0",
+                 "data.thin_student=0.2"],
+    "signal+nce": [*SIGNAL, "loss.lambda_nce=1.0"],
 }
 
 
@@ -92,7 +99,7 @@ def rows_of(run: Path, name: str, seed: int, steps: int, window: int = 50) -> li
 
     probe = pd.read_csv(run / "probe.csv")
     log = pd.read_csv(run / "log.csv")
-    diag = [c for c in log.columns if c.startswith(("tgt_", "pred_", "r2", "procrustes", "align", "cosine", "var"))]
+    diag = [c for c in log.columns if c.startswith(("tgt_", "pred_", "r2", "procrustes", "align", "cosine", "var", "nce"))]
     out = []
     for rec in probe.to_dict("records"):
         s = int(rec["step"])

@@ -7,6 +7,7 @@ import torch
 from biomjepa.train.health import effective_rank
 from biomjepa.train.objectives import (
     alignment,
+    cell_contrast,
     cosine_term,
     covariance_penalty,
     jepa_loss,
@@ -72,3 +73,34 @@ def test_depth_fit_removes_only_what_depth_predicts():
         TrainConfig().replace(target_centre="gene", cell_centre=True, cell_centre_depth=True)
     with pytest.raises(ValueError, match=r"needs teacher\.target_centre='gene'"):
         TrainConfig().replace(cell_centre_depth=True)
+
+
+def test_cell_contrast_picks_each_cells_own_targets():
+    """Summed per cell, a prediction that points at its own cell's targets wins the batch; one that points at
+    another cell's loses, and the loss tells the two apart by hand-computable margins."""
+    g = torch.Generator().manual_seed(0)
+    cell = torch.tensor([0, 0, 1, 1, 1, 2, 3, 3])
+    target = torch.randn(8, 16, generator=g)
+    own, acc = cell_contrast(target.clone(), target, cell, 0.1)
+    assert float(acc) == 1.0 and float(own) < 0.05
+    # every cell's units replaced by the next cell's: all four picks are wrong
+    sums = torch.zeros(4, 16).index_add(0, cell, target)
+    wrong = sums[(cell + 1) % 4]
+    bad, acc = cell_contrast(wrong, target, cell, 0.1)
+    assert float(acc) == 0.0 and float(bad) > 5.0
+    # by hand for two cells with orthogonal sums: logits ±1/τ on the diagonal, 0 off it
+    p = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    loss, acc = cell_contrast(p, p, torch.tensor([0, 1]), 0.5)
+    assert math.isclose(float(loss), math.log(1 + math.exp(-2.0)), rel_tol=1e-6) and float(acc) == 1.0
+
+
+def test_cell_contrast_leaves_the_targets_without_gradient_and_skips_empty_cells():
+    pred = torch.randn(5, 8, requires_grad=True)
+    target = torch.randn(5, 8, requires_grad=True)
+    cell = torch.tensor([0, 0, 2, 2, 3])  # cell 1 has no valid unit: it is not a negative
+    loss, acc = cell_contrast(pred, target, cell, 0.2)
+    loss.backward()
+    assert pred.grad is not None and target.grad is None
+    assert 0.0 <= float(acc) <= 1.0
+    one, _ = cell_contrast(pred[:2], target[:2], cell[:2], 0.2)
+    assert float(one) == 0.0  # a single cell has no negative: nothing to contrast

@@ -10,6 +10,10 @@ variance) and ``L_cov = (1/d) Σ_{r≠s} Cov(T̂)_rs²``.
   the gene; same loss with per-token alignment (token-IJEPA).
 * ``decoder``: units = graph blocks; normalized expression of every target gene is predicted from
   its block state (:meth:`JEPA.decode`); loss = MSE on values. No teacher alignment.
+
+``loss.lambda_nce`` adds a cell-level contrastive term (our addition, issue 28): each cell's predicted
+blocks, summed, must pick out that cell's own summed targets among the micro-batch's cells (InfoNCE on
+cosine similarity, temperature ``nce_temperature``), so targets that stop telling cells apart cost loss.
 """
 
 from __future__ import annotations
@@ -86,6 +90,28 @@ def jepa_loss(pred: torch.Tensor, target: torch.Tensor, cfg: LossSection) -> Los
     return LossTerms(total, align.detach(), cos.detach(), var.detach(), cov.detach())
 
 
+def cell_contrast(pred: torch.Tensor, target: torch.Tensor, cell: torch.Tensor,
+                  temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """InfoNCE between cells: ``pred``, ``target`` ``[N, D]`` valid units, ``cell [N]`` each unit's cell.
+
+    Units are summed per cell (cells without a valid unit drop out); the logits are the cosine similarities
+    of every cell's summed prediction with every cell's summed target, divided by ``temperature``, and the
+    loss is the cross-entropy of picking the cell's own target (the other cells of the micro-batch are the
+    negatives; the target carries no gradient). Returns ``(loss, top-1 accuracy)``; both 0 with < 2 cells.
+    """
+    n = int(cell.max()) + 1 if cell.numel() else 0
+    p = pred.new_zeros(n, pred.shape[-1]).index_add(0, cell, pred)
+    t = target.new_zeros(n, target.shape[-1]).index_add(0, cell, target.detach())
+    keep = torch.bincount(cell, minlength=n) > 0
+    p, t = p[keep], t[keep]
+    if p.shape[0] < 2:
+        zero = pred.sum() * 0.0
+        return zero, zero.detach()
+    logits = F.normalize(p, dim=-1) @ F.normalize(t, dim=-1).T / temperature
+    labels = torch.arange(p.shape[0], device=p.device)
+    return F.cross_entropy(logits, labels), (logits.argmax(1) == labels).float().mean().detach()
+
+
 def _state_regularizer(terms: LossTerms, state: torch.Tensor | None, cfg: LossSection) -> None:
     """VICReg terms on the student encoder's per-cell mean token state ``[n, D]`` across the cells of the
     micro-batch: ``λ_sv · L_var(state; γ_s) + λ_sc · L_cov(state)``. The teacher is an EMA of this encoder,
@@ -137,6 +163,10 @@ def compute_objective(
     else:
         _embedding_regularizer(terms, emb, loss)
     cell = torch.arange(inputs.valid.shape[0], device=valid.device).repeat_interleave(inputs.valid.shape[1])[valid]
+    if loss.lambda_nce > 0:
+        nce, acc = cell_contrast(pred[valid].float(), target.float(), cell, loss.nce_temperature)
+        terms.total = terms.total + loss.lambda_nce * nce
+        terms.extra.update(nce=nce.detach(), nce_acc=acc)
     terms.extra.update(target_diagnostics(pred[valid], target, diag["raw"][valid], diag["token_rms"], cell))
     return terms, {"pred": pred[valid].detach(), "stats": stats}
 

@@ -99,6 +99,8 @@ class LossSection:
     lambda_state_var: float = 0.0  # VICReg variance hinge on the student's per-cell mean token state, over cells
     lambda_state_cov: float = 0.0  # VICReg covariance penalty on the same
     state_gamma: float = 0.1  # target s.d. of that hinge (token states' cell-to-cell s.d. is ≈ 0.05 at init)
+    lambda_nce: float = 0.0  # cell-level InfoNCE: each cell's predictions must pick its own targets in the batch
+    nce_temperature: float = 0.1  # temperature of that InfoNCE
 
     def __post_init__(self) -> None:
         if self.objective not in typing.get_args(Objective):
