@@ -78,6 +78,13 @@ LEVERS: dict[str, list[str]] = {
     "nce+thin": [*GENE, "loss.lambda_align=0", "loss.lambda_var=0", "loss.lambda_cov=0", "loss.lambda_nce=1.0",
                  "data.thin_student=0.2"],
     "signal+nce": [*SIGNAL, "loss.lambda_nce=1.0"],
+    # the same with the depth-predictable part of the targets' level removed and depth-thinned student views,
+    # against the one depth-tracking direction that the pure contrast grew in the targets
+    "nce+depth+thin": [*GENE, "loss.lambda_align=0", "loss.lambda_var=0", "loss.lambda_cov=0", "loss.lambda_nce=1.0",
+                       "teacher.depth_residual=true", "data.thin_student=0.2"],
+    # the contrast against targets that cannot grow: the teacher anchored at its start, the student probed
+    "anchored+nce+thin": [*GENE, *ANCHOR, "loss.lambda_align=0", "loss.lambda_var=0", "loss.lambda_cov=0",
+                          "loss.lambda_nce=1.0", "data.thin_student=0.2"],
 }
 
 
