@@ -85,6 +85,10 @@ LEVERS: dict[str, list[str]] = {
     # the contrast against targets that cannot grow: the teacher anchored at its start, the student probed
     "anchored+nce+thin": [*GENE, *ANCHOR, "loss.lambda_align=0", "loss.lambda_var=0", "loss.lambda_cov=0",
                           "loss.lambda_nce=1.0", "data.thin_student=0.2"],
+    # two views of a cell must agree on the cell: the student's mean context state (thinned) picks out the
+    # teacher's mean state over its own view among the batch's cells, beside the block objective
+    "view+thin": [*SIGNAL, "loss.lambda_view_nce=1.0", "data.thin_student=0.2"],
+    "view": [*SIGNAL, "loss.lambda_view_nce=1.0"],
 }
 
 
@@ -106,7 +110,7 @@ def rows_of(run: Path, name: str, seed: int, steps: int, window: int = 50) -> li
 
     probe = pd.read_csv(run / "probe.csv")
     log = pd.read_csv(run / "log.csv")
-    diag = [c for c in log.columns if c.startswith(("tgt_", "pred_", "r2", "procrustes", "align", "cosine", "var", "nce"))]
+    diag = [c for c in log.columns if c.startswith(("tgt_", "pred_", "r2", "procrustes", "align", "cosine", "var", "nce", "view_nce"))]
     out = []
     for rec in probe.to_dict("records"):
         s = int(rec["step"])

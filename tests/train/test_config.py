@@ -165,3 +165,16 @@ def test_state_and_embedding_regularizers_exclude_each_other(tmp_path):
 
     with pytest.raises(ValueError, match=r"lambda_state_var/cov .*lambda_embed_var/cov"):
         tiny_config(tmp_path, lambda_state_var=1.0, lambda_embed_var=1.0)
+
+
+def test_the_view_contrast_refuses_what_it_cannot_combine_with(tmp_path):
+    """The view contrast reads the student's mean state and the teacher's: refused beside the max-pooled
+    VICReg terms and with the decoder objective (no teacher), naming the keys."""
+    from _kit import tiny_config
+
+    with pytest.raises(ValueError, match=r"lambda_view_nce .*lambda_embed_var/cov"):
+        tiny_config(tmp_path, lambda_view_nce=1.0, lambda_embed_var=1.0)
+    with pytest.raises(ValueError, match=r"lambda_view_nce needs a teacher"):
+        tiny_config(tmp_path, lambda_view_nce=1.0, objective="decoder")
+    with pytest.raises(ValueError, match=r"lambda_view_nce=-1"):
+        tiny_config(tmp_path, lambda_view_nce=-1.0)

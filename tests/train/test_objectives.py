@@ -10,8 +10,10 @@ from biomjepa.train.objectives import (
     cell_contrast,
     cosine_term,
     covariance_penalty,
+    info_nce,
     jepa_loss,
     variance_hinge,
+    view_contrast,
 )
 
 
@@ -104,3 +106,19 @@ def test_cell_contrast_leaves_the_targets_without_gradient_and_skips_empty_cells
     assert 0.0 <= float(acc) <= 1.0
     one, _ = cell_contrast(pred[:2], target[:2], cell[:2], 0.2)
     assert float(one) == 0.0  # a single cell has no negative: nothing to contrast
+
+
+def test_view_contrast_matches_two_views_of_each_cell_after_removing_the_shared_state():
+    """Two noisy views of the same cells (a large state every cell shares plus the cell's own) pick each other
+    out; without the batch centring the shared state would make every cosine ≈ 1 and the contrast blind."""
+    g = torch.Generator().manual_seed(1)
+    own = torch.randn(32, 16, generator=g)
+    shared = 50.0 * torch.ones(16)
+    student = shared + own + 0.1 * torch.randn(32, 16, generator=g)
+    teacher = 2.0 * shared + own + 0.1 * torch.randn(32, 16, generator=g)
+    loss, acc = view_contrast(student, teacher, 0.1)
+    assert float(acc) == 1.0 and float(loss) < 0.1
+    blind, _ = info_nce(student, teacher, 0.1)  # uncentred: the shared state dominates every cosine
+    assert float(blind) > 2.0
+    shuffled, acc = view_contrast(student, teacher[torch.randperm(32, generator=g)], 0.1)
+    assert float(acc) < 0.2 and float(shuffled) > float(loss) + 3.0

@@ -77,6 +77,13 @@ class TrainConfig:
             raise ValueError("teacher.cell_centre and teacher.cell_centre_depth exclude each other: the first removes the "
                              "whole cell level, the second only its depth-predicted part; set one of them.")
         lo = self.loss
+        if lo.lambda_view_nce and (lo.lambda_embed_var or lo.lambda_embed_cov):
+            raise ValueError("loss.lambda_view_nce (a contrast of the student's per-cell mean state) and "
+                             "loss.lambda_embed_var/cov (VICReg on its max-pooled embedding) need different student "
+                             "readouts; set one of them.")
+        if lo.lambda_view_nce and lo.objective == "decoder":
+            raise ValueError("loss.lambda_view_nce needs a teacher; the decoder objective has none. Set "
+                             "loss.objective='block' or lambda_view_nce=0.")
         if (lo.lambda_state_var or lo.lambda_state_cov) and (lo.lambda_embed_var or lo.lambda_embed_cov):
             raise ValueError("loss.lambda_state_var/cov (VICReg on the student's per-cell state) and "
                              "loss.lambda_embed_var/cov (on its pooled embedding) exclude each other; set one pair.")

@@ -22,7 +22,7 @@ RANGES: dict[str, tuple] = {
     "var_gamma": (0, None, True, None), "lambda_embed_var": (0, None, True, None),
     "lambda_embed_cov": (0, None, True, None), "token_cap": (1, None, True, None),
     "lambda_state_var": (0, None, True, None), "lambda_state_cov": (0, None, True, None), "state_gamma": (0, None, True, None),
-    "lambda_nce": (0, None, True, None), "nce_temperature": (0, None, False, None),
+    "lambda_nce": (0, None, True, None), "lambda_view_nce": (0, None, True, None), "nce_temperature": (0, None, False, None),
     "momentum_start": (0, 1, True, True), "momentum_end": (0, 1, True, True), "centre_rate": (0, 1, True, True),
     "lr": (0, None, False, None), "min_lr": (0, None, True, None), "warmup_steps": (0, None, True, None),
     "weight_decay": (0, None, True, None), "beta1": (0, 1, True, False), "beta2": (0, 1, True, False),

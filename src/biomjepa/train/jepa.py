@@ -133,8 +133,9 @@ class JEPA(nn.Module):
 
 
 @torch.no_grad()
-def teacher_token_states(teacher: Encoder, inputs, n_units: int, *, norm: bool = False) -> torch.Tensor:
-    """Teacher state of every target gene ``[M, D]`` (rows follow ``inputs.tgt_unit``).
+def teacher_token_states(teacher: Encoder, inputs, n_units: int, *, norm: bool = False, with_cell: bool = False):
+    """Teacher state of every target gene ``[M, D]`` (rows follow ``inputs.tgt_unit``); with ``with_cell``
+    also each cell's mean state over every gene of the teacher's view, ``[n, D]`` (the same forward pass).
 
     The teacher sees every gene of its view of the cell (``inputs.teacher``: all observed genes, or
     ``data.teacher_genes`` of them under a gene budget); runs under ``no_grad`` and in float32 whatever the
@@ -149,4 +150,5 @@ def teacher_token_states(teacher: Encoder, inputs, n_units: int, *, norm: bool =
         h = F.layer_norm(h, h.shape[-1:])
     n, T, D = h.shape
     cell = torch.div(inputs.tgt_unit, n_units, rounding_mode="floor")
-    return h.reshape(n * T, D)[cell * T + inputs.tgt_pos]
+    rows = h.reshape(n * T, D)[cell * T + inputs.tgt_pos]
+    return (rows, mean_state(h, t.gene_mask)) if with_cell else rows

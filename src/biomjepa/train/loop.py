@@ -59,7 +59,7 @@ logger = logging.getLogger(__name__)
 LOG_FIELDS = [
     "step", "loss", "align", "cosine", "var", "cov", "recon", "embed_var", "embed_cov", "lr", "momentum", "coverage", "fallback",
     "dmt_fallback", "effective_rank", "grad_norm", "bad_steps", "cells_per_s", "tokens_per_s", *DIAG_FIELDS,
-    "state_var", "state_cov", "state_sd", "nce", "nce_acc",
+    "state_var", "state_cov", "state_sd", "nce", "nce_acc", "view_nce", "view_nce_acc",
 ]
 #: ``on_checkpoint(step, teacher, run_dir)``: called on rank 0 after every saved state (and at step 0)
 CheckpointHook = Callable[[int, torch.nn.Module, Path], None]

@@ -11,9 +11,15 @@ variance) and ``L_cov = (1/d) Σ_{r≠s} Cov(T̂)_rs²``.
 * ``decoder``: units = graph blocks; normalized expression of every target gene is predicted from
   its block state (:meth:`JEPA.decode`); loss = MSE on values. No teacher alignment.
 
-``loss.lambda_nce`` adds a cell-level contrastive term (our addition, issue 28): each cell's predicted
-blocks, summed, must pick out that cell's own summed targets among the micro-batch's cells (InfoNCE on
-cosine similarity, temperature ``nce_temperature``), so targets that stop telling cells apart cost loss.
+Two contrastive terms between the cells of a micro-batch (our additions, issue 28; InfoNCE on cosine
+similarity, temperature ``nce_temperature``, the other cells as negatives):
+
+* ``loss.lambda_nce``: each cell's predicted blocks, summed, must pick out that cell's own summed targets,
+  so that targets which stop telling cells apart cost loss (:func:`cell_contrast`);
+* ``loss.lambda_view_nce``: the student's mean token state over its context must pick out the teacher's
+  mean state over its own view of the same cell, each centred on the batch (:func:`view_contrast`): two
+  views of a cell (the teacher's genes and the student's, thinned with ``data.thin_student``) must agree
+  on the cell, whatever genes and depth each saw.
 """
 
 from __future__ import annotations
@@ -90,6 +96,24 @@ def jepa_loss(pred: torch.Tensor, target: torch.Tensor, cfg: LossSection) -> Los
     return LossTerms(total, align.detach(), cos.detach(), var.detach(), cov.detach())
 
 
+def info_nce(p: torch.Tensor, t: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row ``i`` of ``p [n, D]`` must pick row ``i`` of ``t [n, D]`` (no gradient) by cosine similarity /
+    ``temperature``: ``(cross-entropy, top-1 accuracy)``; both 0 with fewer than 2 rows."""
+    if p.shape[0] < 2:
+        zero = p.sum() * 0.0
+        return zero, zero.detach()
+    logits = F.normalize(p, dim=-1) @ F.normalize(t.detach(), dim=-1).T / temperature
+    labels = torch.arange(p.shape[0], device=p.device)
+    return F.cross_entropy(logits, labels), (logits.argmax(1) == labels).float().mean().detach()
+
+
+def view_contrast(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """InfoNCE between two views of the same cells: the student's per-cell state ``[n, D]`` must pick out the
+    teacher's state of the same cell ``[n, D]``; each side is first centred on the batch's mean (the state
+    every cell shares would otherwise make all cosines ≈ 1). Returns ``(loss, top-1 accuracy)``."""
+    return info_nce(student - student.mean(0), teacher - teacher.mean(0), temperature)
+
+
 def cell_contrast(pred: torch.Tensor, target: torch.Tensor, cell: torch.Tensor,
                   temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """InfoNCE between cells: ``pred``, ``target`` ``[N, D]`` valid units, ``cell [N]`` each unit's cell.
@@ -103,13 +127,7 @@ def cell_contrast(pred: torch.Tensor, target: torch.Tensor, cell: torch.Tensor,
     p = pred.new_zeros(n, pred.shape[-1]).index_add(0, cell, pred)
     t = target.new_zeros(n, target.shape[-1]).index_add(0, cell, target.detach())
     keep = torch.bincount(cell, minlength=n) > 0
-    p, t = p[keep], t[keep]
-    if p.shape[0] < 2:
-        zero = pred.sum() * 0.0
-        return zero, zero.detach()
-    logits = F.normalize(p, dim=-1) @ F.normalize(t, dim=-1).T / temperature
-    labels = torch.arange(p.shape[0], device=p.device)
-    return F.cross_entropy(logits, labels), (logits.argmax(1) == labels).float().mean().detach()
+    return info_nce(p[keep], t[keep], temperature)
 
 
 def _state_regularizer(terms: LossTerms, state: torch.Tensor | None, cfg: LossSection) -> None:
@@ -160,8 +178,12 @@ def compute_objective(
     terms = jepa_loss(pred[valid], target, loss)
     if loss.lambda_state_var > 0 or loss.lambda_state_cov > 0:
         _state_regularizer(terms, emb, loss)
-    else:
+    elif loss.lambda_view_nce <= 0:
         _embedding_regularizer(terms, emb, loss)
+    if loss.lambda_view_nce > 0:
+        vn, vacc = view_contrast(emb.float(), diag["cell_state"].float(), loss.nce_temperature)
+        terms.total = terms.total + loss.lambda_view_nce * vn
+        terms.extra.update(view_nce=vn.detach(), view_nce_acc=vacc)
     cell = torch.arange(inputs.valid.shape[0], device=valid.device).repeat_interleave(inputs.valid.shape[1])[valid]
     if loss.lambda_nce > 0:
         nce, acc = cell_contrast(pred[valid].float(), target.float(), cell, loss.nce_temperature)
@@ -172,9 +194,9 @@ def compute_objective(
 
 
 def _student_predictions(model, inputs, loss: LossSection) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The predictor's unit states ``[n·U, D]`` and, when the embedding or state terms are on, the student's
-    pooled context (``[n, 2D]``) or its per-cell mean token state (``[n, D]``)."""
-    state = loss.lambda_state_var > 0 or loss.lambda_state_cov > 0
+    """The predictor's unit states ``[n·U, D]`` and, when the embedding, state or view terms are on, the
+    student's pooled context (``[n, 2D]``) or its per-cell mean token state (``[n, D]``)."""
+    state = loss.lambda_state_var > 0 or loss.lambda_state_cov > 0 or loss.lambda_view_nce > 0
     reg = "mean" if state else (loss.lambda_embed_var > 0 or loss.lambda_embed_cov > 0)
     out = model(inputs, with_embedding=reg)
     pred, emb = out if reg else (out, None)

@@ -100,7 +100,8 @@ class LossSection:
     lambda_state_cov: float = 0.0  # VICReg covariance penalty on the same
     state_gamma: float = 0.1  # target s.d. of that hinge (token states' cell-to-cell s.d. is ≈ 0.05 at init)
     lambda_nce: float = 0.0  # cell-level InfoNCE: each cell's predictions must pick its own targets in the batch
-    nce_temperature: float = 0.1  # temperature of that InfoNCE
+    lambda_view_nce: float = 0.0  # InfoNCE: the student's mean context state must pick its cell's teacher mean state
+    nce_temperature: float = 0.1  # temperature of both InfoNCE terms
 
     def __post_init__(self) -> None:
         if self.objective not in typing.get_args(Objective):

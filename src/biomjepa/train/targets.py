@@ -89,11 +89,11 @@ def make_targets(teacher: Encoder, inputs, n_units: int, running: RunningTargets
     ``cfg`` is the :class:`~biomjepa.train.sections.TeacherSection`. Returns ``(targets, stats, diag)``:
     ``stats`` maps each kind of :data:`~biomjepa.train.running.KINDS` the run keeps to ``(sums, counts)``
     (summed over micro-batches and ranks by the loop, then :meth:`RunningTargets.update`); ``diag`` holds
-    ``token_rms`` (RMS of the teacher's token states) and ``raw`` (the targets before the per-dimension
-    scaling, to measure their energy).
+    ``token_rms`` (RMS of the teacher's token states), ``raw`` (the targets before the per-dimension
+    scaling, to measure their energy) and ``cell_state`` (each cell's mean teacher state over its view, ``[n, D]``).
     """
     valid = inputs.valid.reshape(-1)
-    states = teacher_token_states(teacher, inputs, n_units, norm=cfg.target_norm)
+    states, cell_state = teacher_token_states(teacher, inputs, n_units, norm=cfg.target_norm, with_cell=True)
     targets, cstats = centred_targets(teacher, inputs, n_units, _centre(running, states, inputs), cell=cfg.cell_centre,
                                       cell_depth=cfg.cell_centre_depth, states=states)
     if running.centre.ndim == 1:  # global centre: the statistics are the uncentred unit means
@@ -109,7 +109,8 @@ def make_targets(teacher: Encoder, inputs, n_units: int, running: RunningTargets
         if scale is None:  # the first step: its own per-dimension s.d.
             scale = t.std(0, correction=0).clamp(min=1e-6) if t.shape[0] > 1 else torch.ones_like(t[0])
         targets = targets / scale
-    return targets, stats, {"raw": raw, "token_rms": float(states.pow(2).mean().sqrt()) if states.numel() else 0.0}
+    token_rms = float(states.pow(2).mean().sqrt()) if states.numel() else 0.0
+    return targets, stats, {"raw": raw, "token_rms": token_rms, "cell_state": cell_state}
 
 
 def _centre(running: RunningTargets, states: torch.Tensor, inputs) -> torch.Tensor:
