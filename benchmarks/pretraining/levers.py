@@ -75,9 +75,6 @@ LEVERS: dict[str, list[str]] = {
     # a cell-level contrastive term (InfoNCE, other cells of the batch as negatives) on targets with the
     # per-gene centre, so that targets that stop telling cells apart cost loss (Session 9)
     "nce": [*GENE, "loss.lambda_align=0", "loss.lambda_var=0", "loss.lambda_cov=0", "loss.lambda_nce=1.0"],
-    "nce+thin": [*GENE, "loss.lambda_align=0", "loss.lambda_var=0", "loss.lambda_cov=0", "loss.lambda_nce=1.0",
-                 "data.thin_student=0.2"],
-    "signal+nce": [*SIGNAL, "loss.lambda_nce=1.0"],
     # the same with the depth-predictable part of the targets' level removed and depth-thinned student views,
     # against the one depth-tracking direction that the pure contrast grew in the targets
     "nce+depth+thin": [*GENE, "loss.lambda_align=0", "loss.lambda_var=0", "loss.lambda_cov=0", "loss.lambda_nce=1.0",
@@ -88,6 +85,7 @@ LEVERS: dict[str, list[str]] = {
     # two views of a cell must agree on the cell: the student's mean context state (thinned) picks out the
     # teacher's mean state over its own view among the batch's cells, beside the block objective
     "view+thin": [*SIGNAL, "loss.lambda_view_nce=1.0", "data.thin_student=0.2"],
+    # not run yet: the control that tells the contrast's share from the thinning's
     "view": [*SIGNAL, "loss.lambda_view_nce=1.0"],
 }
 

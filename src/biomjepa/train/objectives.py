@@ -125,7 +125,7 @@ def cell_contrast(pred: torch.Tensor, target: torch.Tensor, cell: torch.Tensor,
     """
     n = int(cell.max()) + 1 if cell.numel() else 0
     p = pred.new_zeros(n, pred.shape[-1]).index_add(0, cell, pred)
-    t = target.new_zeros(n, target.shape[-1]).index_add(0, cell, target.detach())
+    t = target.new_zeros(n, target.shape[-1]).index_add(0, cell, target)
     keep = torch.bincount(cell, minlength=n) > 0
     return info_nce(p[keep], t[keep], temperature)
 
@@ -150,7 +150,7 @@ def _embedding_regularizer(terms: LossTerms, emb: torch.Tensor | None, cfg: Loss
     context embedding: it spreads the embedding that users get over many directions instead of the
     one depth-related axis that max pooling otherwise favours. Added to ``terms.total`` in place.
     """
-    if emb is None:
+    if emb is None or not (cfg.lambda_embed_var > 0 or cfg.lambda_embed_cov > 0):
         return
     emb = emb.float()
     ev, ec = variance_hinge(emb, cfg.var_gamma), covariance_penalty(emb)
@@ -178,7 +178,7 @@ def compute_objective(
     terms = jepa_loss(pred[valid], target, loss)
     if loss.lambda_state_var > 0 or loss.lambda_state_cov > 0:
         _state_regularizer(terms, emb, loss)
-    elif loss.lambda_view_nce <= 0:
+    else:
         _embedding_regularizer(terms, emb, loss)
     if loss.lambda_view_nce > 0:
         vn, vacc = view_contrast(emb.float(), diag["cell_state"].float(), loss.nce_temperature)
