@@ -12,7 +12,8 @@ norm with detected genes), and ``bj.bench.depth_robustness`` (thinning to 50 % a
 cells also the max-token winners per cell type against the trivial baseline (each cell's
 most-expressed gene).
 
-    python benchmarks/evaluation/model_card_eval.py NAME=CHECKPOINT [NAME=CHECKPOINT ...] [--tag v0.2]
+    python benchmarks/evaluation/model_card_eval.py NAME=CHECKPOINT [NAME=CHECKPOINT ...] [--tag v0.2] \
+        [--sets test] [--baselines pca hvg scvi]
 """
 
 from __future__ import annotations
@@ -78,14 +79,15 @@ def chemistry_cells(per_batch: int = 300, seed: int = 0):
 
 
 def score(adata, checkpoints: dict[str, str], seeds, *, batch_key: str | None = None,
-          fractions=(0.5, 0.2)) -> list[dict]:
+          fractions=(0.5, 0.2), baselines=("pca",)) -> list[dict]:
     import pandas as pd
 
     import biomjepa as bj
+    from biomjepa.bench.baselines import BASELINE_KEYS
 
     bj.pp.map_vocab(adata)
-    bj.bench.add_baselines(adata, ["pca"])
-    reps = ["X_pca50"]
+    bj.bench.add_baselines(adata, list(baselines))
+    reps = [BASELINE_KEYS[b] for b in baselines]
     for name, ck in checkpoints.items():
         bj.tl.embed(adata, checkpoint=ck, key_added=f"X_{name}")
         reps.append(f"X_{name}")
@@ -93,7 +95,9 @@ def score(adata, checkpoints: dict[str, str], seeds, *, batch_key: str | None = 
     geo = bj.bench.geometry(adata, use_reps=reps)
     parts = [ann, geo]
     if fractions:
-        parts.append(bj.bench.depth_robustness(adata, label_key="cell_type", use_reps=reps, fractions=fractions))
+        # only PCA-50 and the models can be re-derived from thinned counts (HVG values and scVI are not refitted)
+        thin = [r for r in reps if r not in (BASELINE_KEYS["hvg"], BASELINE_KEYS["scvi"])]
+        parts.append(bj.bench.depth_robustness(adata, label_key="cell_type", use_reps=thin, fractions=fractions))
     if batch_key is not None:
         parts.append(bj.bench.integration(adata, batch_key=batch_key, label_key="cell_type", use_reps=reps))
     table = bj.bench.summarize(pd.concat(parts))
@@ -134,17 +138,21 @@ def main() -> None:
     p.add_argument("--tag", default="model_card")
     p.add_argument("--sets", nargs="+", default=["validation", "chemistry", "test"],
                    choices=["validation", "chemistry", "test"])
+    p.add_argument("--baselines", nargs="+", default=["pca"], choices=["pca", "hvg", "scvi"],
+                   help="baseline rows (bj.bench.add_baselines): PCA-50 always belongs; hvg = the 2,000 "
+                        "log-normalized HVGs themselves; scvi = scVI's latent (needs scvi-tools)")
+    p.add_argument("--no-max-token", action="store_true", help="skip the test cells' max-token table")
     args = p.parse_args()
     cks = dict(c.split("=", 1) for c in args.checkpoints)
     rows = []
     for which in args.sets:
         if which == "chemistry":
             rows += [{"cells": which, **r} for r in score(chemistry_cells(), cks, tuple(args.seeds), batch_key="batch",
-                                                         fractions=())]
+                                                         fractions=(), baselines=args.baselines)]
             continue
         adata = validation_cells() if which == "validation" else bj.datasets.pancreas()
-        rows += [{"cells": which, **r} for r in score(adata, cks, tuple(args.seeds))]
-        if which == "test":
+        rows += [{"cells": which, **r} for r in score(adata, cks, tuple(args.seeds), baselines=args.baselines)]
+        if which == "test" and not args.no_max_token:
             mt = pd.DataFrame(max_token_table(adata, cks))
             print(mt.round(2).to_string(index=False))
             write_csv(mt.to_dict("records"), f"{args.tag}_max_token.csv")

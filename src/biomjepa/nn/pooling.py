@@ -1,17 +1,19 @@
 """Cell embedding from gene-token states.
 
-``max_top5`` (the paper): per-feature max ‖ mean of the 5 largest values over gene tokens.
+``max_top5`` (the paper; the readout of the bundled ``biomjepa-mini`` v0.3): per-feature max ‖ mean of the 5
+largest values over gene tokens.
 
-``centred_max_top5`` (our departure, chosen for ``biomjepa-mini`` v0.2 on validation cells, see
+``centred_max_top5`` (our departure, tried for ``biomjepa-mini`` v0.2 on validation cells, see
 ``docs/pretraining_notes.md``): the same after subtracting each cell's mean gene-token state.
 Without a final norm the token states of a cell share one cell-wide component (set largely by how
 many genes are detected); max pooling passes it straight into the embedding, where it becomes the
 leading axis. Subtracting the cell's mean first keeps what distinguishes the cell's genes from
 each other and drops that shared level.
 
-``centred_wmean_max``: expression-weighted mean of the centred states ‖ their per-feature max.
+``centred_wmean_max`` (the readout of ``biomjepa-mini`` v0.2 / v0.2.1): expression-weighted mean of the centred
+states ‖ their per-feature max.
 
-``centred_wmean_q90`` (v0.3): expression-weighted mean of the centred states ‖ their per-feature
+``centred_wmean_q90`` (the first v0.3 attempt, not shipped): expression-weighted mean of the centred states ‖ their per-feature
 90th percentile over the cell's genes. The maximum of ``n`` token states grows with ``n`` (an
 extreme-value statistic), so a cell with more detected genes reads out larger; a fixed quantile of
 the same states does not grow with ``n``.

@@ -1,7 +1,7 @@
 """Fixed feature statistics of a checkpoint's readout: the embedding on scanpy's scale, per cell.
 
 Pooled readouts have very unequal feature scales (for ``biomjepa-mini`` v0.2, 5 of 256 features
-carried 33–53 % of the variance), so Euclidean neighbours (``sc.pp.neighbors(use_rep=…)``) follow
+carried 33–53 % of the variance; v0.3 records a standardization, v0.2.1 a standardization and whitening), so Euclidean neighbours (``sc.pp.neighbors(use_rep=…)``) follow
 a handful of features. A checkpoint may record a per-feature ``mean`` and ``scale`` measured on a
 sample of its *training corpus* at export (``config.json`` key ``readout``); the model then returns
 ``(z − mean) / scale``; a record may also hold a ``whiten`` matrix ``W [d, d]`` (ZCA whitening of the

@@ -40,9 +40,11 @@ def embed(
     Every observed, vocabulary-mapped gene of a cell is a token (no cap). Rows are read in
     chunks (backed AnnData supported), tokenized, grouped into length-sorted batches padded only
     to their longest cell, encoded under ``torch.inference_mode`` (bf16 autocast on CUDA, fp32 on
-    CPU) and pooled with the checkpoint's readout: per-feature max ‖ mean of the 5 largest
-    gene-token states (technical tokens excluded), after subtracting each cell's mean gene-token
-    state for checkpoints that say ``pooling: centred_max_top5`` (the bundled v0.2). Results do not depend on ``batch_size`` or cell order.
+    CPU) and pooled with the readout the checkpoint records (:mod:`biomjepa.nn.pooling`, technical
+    tokens excluded; the bundled v0.3: ``max_top5``, the paper's per-feature max ‖ mean of the 5 largest
+    gene-token states), then mapped with the checkpoint's fixed feature statistics when it records them
+    (:mod:`biomjepa.nn.readout`; v0.3: standardization measured on its training corpus). Results do not
+    depend on ``batch_size`` or cell order.
 
     Parameters
     ----------
