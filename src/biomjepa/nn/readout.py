@@ -1,14 +1,15 @@
 """Fixed feature statistics of a checkpoint's readout: the embedding on scanpy's scale, per cell.
 
 Pooled readouts have very unequal feature scales (for ``biomjepa-mini`` v0.2, 5 of 256 features
-carried 33–53 % of the variance; v0.3 records a standardization, v0.2.1 a standardization and whitening), so Euclidean neighbours (``sc.pp.neighbors(use_rep=…)``) follow
+carried 33–53 % of the variance), so Euclidean neighbours (``sc.pp.neighbors(use_rep=…)``) follow
 a handful of features. A checkpoint may record a per-feature ``mean`` and ``scale`` measured on a
 sample of its *training corpus* at export (``config.json`` key ``readout``); the model then returns
 ``(z − mean) / scale``; a record may also hold a ``whiten`` matrix ``W [d, d]`` (ZCA whitening of the
 standardized corpus embeddings, shrunk towards the identity), and the model then returns
 ``((z − mean) / scale) @ W``, so no few directions dominate Euclidean distances. The statistics are
 constants of the checkpoint, never fitted on the cells being embedded, so a cell's embedding does not
-depend on which other cells it is embedded with.
+depend on which other cells it is embedded with. The bundled v0.3 records a standardization, v0.2.1 a
+standardization and a whitening.
 """
 
 from __future__ import annotations
