@@ -30,7 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `b
 
 from benchmarks._common import write_csv
 
-
 #: Leiden seeds: seed 0 is what a user gets; the other seeds measure how much one seed's ARI moves.
 SEEDS = (0,)
 
