@@ -105,7 +105,7 @@ def test_cell_contrast_leaves_the_targets_without_gradient_and_skips_empty_cells
     assert pred.grad is not None and target.grad is None
     assert 0.0 <= float(acc) <= 1.0
     one, _ = cell_contrast(pred[:2], target[:2], cell[:2], 0.2)
-    assert float(one) == 0.0  # a single cell has no negative: nothing to contrast
+    assert one.detach().item() == 0.0  # a single cell has no negative: nothing to contrast
 
 
 def test_view_contrast_matches_two_views_of_each_cell_after_removing_the_shared_state():
