@@ -11,8 +11,6 @@ when a bundled checkpoint is added or replaced on purpose, never to make a faili
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ def main() -> None:
     import torch
 
     import biomjepa as bj
+    from biomjepa._files import atomic_path
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", default=None, help="registry name or directory (default: bj.settings.checkpoint)")
@@ -31,17 +30,11 @@ def main() -> None:
     bj.pp.map_vocab(adata)
     bj.tl.embed(adata, batch_size=16, device="cpu", checkpoint=args.checkpoint)
     params = adata.uns["biomjepa"]["params"]
-    fd, tmp = tempfile.mkstemp(suffix=".npz", dir=args.out.parent)
-    os.close(fd)
-    try:
+    with atomic_path(args.out, suffix=".npz") as tmp:
         np.savez_compressed(tmp, cells=np.asarray(adata.obs_names, dtype=str),
                             embedding=adata.obsm["X_biomjepa"].astype(np.float32),
                             cpu_capability=np.asarray(torch.backends.cpu.get_cpu_capability()),
                             checkpoint=np.asarray(params["checkpoint"]))
-        os.replace(tmp, args.out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     print(f"wrote {args.out}: {params['checkpoint']} ({params['checkpoint_sha256'][:12]}…), "
           f"{adata.n_obs} cells × {adata.obsm['X_biomjepa'].shape[1]}")
 

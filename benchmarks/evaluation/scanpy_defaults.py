@@ -30,13 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `b
 
 from benchmarks._common import write_csv
 
-#: Leiden seeds: seed 0 is what a user gets; the other seeds measure how much one seed's ARI moves.
-SEEDS = (0,)
 
-
-def leiden_scores(Z: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """Leiden ARI / NMI with scanpy's default neighbour graph on ``Z``: seed 0's, and with several
-    ``SEEDS`` also their mean and s.d. over the seeds (the neighbour graph is the same for every seed)."""
+def leiden_scores(Z: np.ndarray, labels: np.ndarray, seeds: tuple[int, ...] = (0,)) -> dict[str, float]:
+    """Leiden ARI / NMI with scanpy's default neighbour graph on ``Z``: the first seed's (0 is what a user
+    gets), and with several ``seeds`` also their mean and s.d. (the neighbour graph is the same for every seed)."""
     import anndata as ad
     import scanpy as sc
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
@@ -45,15 +42,15 @@ def leiden_scores(Z: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     a.obsm["Z"] = np.asarray(Z, np.float32)
     sc.pp.neighbors(a, use_rep="Z", random_state=0)
     runs = []
-    for seed in SEEDS:
+    for seed in seeds:
         sc.tl.leiden(a, flavor="igraph", n_iterations=2, directed=False, random_state=seed)
         c = a.obs["leiden"].to_numpy()
         runs.append((adjusted_rand_score(labels, c), normalized_mutual_info_score(labels, c), len(set(c))))
     ari, nmi, n = (np.asarray(x, float) for x in zip(*runs))
     out = {"leiden_ari": float(ari[0]), "leiden_nmi": float(nmi[0]), "n_clusters": int(n[0])}
-    if len(SEEDS) > 1:
+    if len(seeds) > 1:
         out |= {"leiden_ari_mean": float(ari.mean()), "leiden_ari_sd": float(ari.std(ddof=1)),
-                "leiden_nmi_mean": float(nmi.mean()), "n_seeds": len(SEEDS)}
+                "leiden_nmi_mean": float(nmi.mean()), "n_seeds": len(seeds)}
     return out
 
 
@@ -73,19 +70,20 @@ def standard_path(adata, *, lognorm: bool) -> np.ndarray:
 SETS = ("validation_pbmc", "chemistries_pbmc", "test_pancreas")
 
 
-def cell_sets() -> dict:
-    """``{name: (adata, labels, lognorm)}`` of the validation, chemistry and test cells."""
+def cell_set(name: str) -> tuple:
+    """``(adata, labels, lognorm)`` of one of ``SETS``: the validation, chemistry or test cells."""
     import biomjepa as bj
     from benchmarks.evaluation.model_card_eval import marker_types, validation_cells
 
-    val = validation_cells()
-    chem = bj.datasets.pbmc_chemistries()
-    chem.obs["cell_type"] = marker_types(chem)
-    chem = chem[chem.obs["cell_type"].notna().to_numpy()].copy()
-    test = bj.datasets.pancreas()
-    return {"validation_pbmc": (val, val.obs["cell_type"].astype(str).to_numpy(), False),
-            "chemistries_pbmc": (chem, chem.obs["cell_type"].astype(str).to_numpy(), True),
-            "test_pancreas": (test, test.obs["cell_type"].astype(str).to_numpy(), False)}
+    if name == "validation_pbmc":
+        a, lognorm = validation_cells(), False
+    elif name == "chemistries_pbmc":
+        a, lognorm = bj.datasets.pbmc_chemistries(), True
+        a.obs["cell_type"] = marker_types(a)
+        a = a[a.obs["cell_type"].notna().to_numpy()].copy()
+    else:
+        a, lognorm = bj.datasets.pancreas(), False
+    return a, a.obs["cell_type"].astype(str).to_numpy(), lognorm
 
 
 def embed(adata, checkpoint: str, *, lognorm: bool) -> np.ndarray:
@@ -111,20 +109,18 @@ def main() -> None:
     p.add_argument("--leiden-seeds", type=int, default=1,
                    help="Leiden seeds 0..N-1 (default 1: what a user gets); N > 1 adds their mean and s.d.")
     args = p.parse_args()
-    global SEEDS
-    SEEDS = tuple(range(args.leiden_seeds))
+    seeds = tuple(range(args.leiden_seeds))
     rows = []
-    sets = cell_sets()
-    for name, (adata, labels, lognorm) in sets.items():
-        if name not in args.sets:
-            continue
+    for name in (s for s in SETS if s in args.sets):
+        adata, labels, lognorm = cell_set(name)
         rows.append({"cells": name, "representation": "standard scanpy path (HVG 2000, PCA-50)",
-                     **leiden_scores(standard_path(adata, lognorm=lognorm), labels)})
+                     **leiden_scores(standard_path(adata, lognorm=lognorm), labels, seeds)})
         for spec in args.models:
             label, ckpt = spec.split("=", 1)
-            rows.append({"cells": name, "representation": label, **leiden_scores(embed(adata, ckpt, lognorm=lognorm), labels)})
+            rows.append({"cells": name, "representation": label,
+                         **leiden_scores(embed(adata, ckpt, lognorm=lognorm), labels, seeds)})
         if args.readout_candidates:
-            rows += candidate_rows(name, adata, labels, lognorm, args.readout_candidates, args.corpus_cells)
+            rows += candidate_rows(name, adata, labels, lognorm, args.readout_candidates, args.corpus_cells, seeds)
         print(pd.DataFrame(rows).round(3).to_string(index=False), flush=True)
     write_csv(rows, args.csv)
 
@@ -132,19 +128,19 @@ def main() -> None:
 _CORPUS: dict = {}
 
 
-def candidate_rows(name, adata, labels, lognorm, ckpt, n_cells) -> list[dict]:
+def candidate_rows(name, adata, labels, lognorm, ckpt, n_cells, seeds=(0,)) -> list[dict]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     from fix_readout import corpus_embeddings, readout_maps
 
     if ckpt not in _CORPUS:
         _CORPUS[ckpt] = readout_maps(corpus_embeddings(ckpt, n_cells))
     Z = embed(adata, ckpt, lognorm=lognorm)
-    rows = [{"cells": name, "representation": f"{ckpt} raw readout", **leiden_scores(Z, labels)}]
+    rows = [{"cells": name, "representation": f"{ckpt} raw readout", **leiden_scores(Z, labels, seeds)}]
     for kind, fn in _CORPUS[ckpt].items():
-        rows.append({"cells": name, "representation": f"{ckpt} + corpus {kind}", **leiden_scores(fn(Z), labels)})
+        rows.append({"cells": name, "representation": f"{ckpt} + corpus {kind}", **leiden_scores(fn(Z), labels, seeds)})
     own = (Z - Z.mean(0)) / np.maximum(Z.std(0), 1e-6)
     rows.append({"cells": name, "representation": f"{ckpt} + the cells' own standardization (reference)",
-                 **leiden_scores(own, labels)})
+                 **leiden_scores(own, labels, seeds)})
     return rows
 
 
