@@ -35,7 +35,7 @@ LATEST = "LATEST"
 #: and the prepared corpus): what is trained, on what, and the shapes of the saved tensors.
 RESUME_KEYS = ("corpus", "objective", "pred_layers", "pred_heads", "pred_width", "target_centre", "cell_centre",
                "cell_centre_depth", "depth_residual", "target_std", "target_scale", "teacher_genes", "context_genes",
-               "thin_student")
+               "thin_student", "init_from")
 
 
 def rng_state() -> dict:
@@ -327,7 +327,7 @@ def encoder_weights(state: dict, which: str = "teacher") -> dict:
 
 def export(
     source, out_dir: str | os.PathLike, *, which: str = "teacher", dtype=torch.float32, pooling: str | None = None,
-    readout: dict | None = None, overwrite: bool = False,
+    readout: dict | None = None, overwrite: bool = False, provenance: dict | None = None,
 ) -> Path:
     """Write the inference checkpoint (:func:`biomjepa.model.save_checkpoint`) of a run.
 
@@ -353,6 +353,11 @@ def export(
     overwrite
         Replace ``out_dir`` when it already holds a checkpoint (the new one is written beside it
         and swapped in once complete). Without it, an existing non-empty ``out_dir`` is refused.
+    provenance
+        More entries for the checkpoint's provenance (``bj.tl.adapt`` records its recipe there).
+
+    The provenance always names the base checkpoint of a run started with ``model.init_from``
+    (``init_from``: reference, name, ``checkpoint_sha256``, ``weights_sha256``; ``None`` for a fresh encoder).
     """
     from dataclasses import replace
 
@@ -380,6 +385,8 @@ def export(
         "objective": state["config"].get("objective"),
         "config": state["config"],
         "corpus": state.get("corpus", {}),
+        "init_from": state.get("init_from"),
+        **(provenance or {}),
     }
     if not out_dir.is_dir() or not any(out_dir.iterdir()):
         return save_checkpoint(encoder, out_dir, provenance=prov, dtype=dtype, readout=readout)

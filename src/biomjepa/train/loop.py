@@ -45,6 +45,7 @@ from .running import KINDS, RunningTargets
 from .schedules import lr_at, momentum_at
 from .setup import (
     check_shapes,
+    init_from_checkpoint,
     init_gene_embedding,
     make_optimizer,
     open_corpus,
@@ -159,7 +160,10 @@ class Trainer:
         cfg, device = self.cfg, self.info.device
         torch.manual_seed(cfg.run.seed)  # identical initialisation on every rank
         self.model = JEPA.from_train_config(cfg).to(device)
-        if cfg.model.gene_init == "pca" and fresh:
+        self.init_from = None  # a resumed run takes the record from its state (_restore)
+        if cfg.model.init_from is not None and fresh:
+            self.init_from = init_from_checkpoint(self.model, self.corpus, cfg, self.info)
+        elif cfg.model.gene_init == "pca" and fresh:
             init_gene_embedding(self.model, self.corpus, cfg.model, cfg.run.seed, device)
         self.teacher = make_teacher(self.model.student)
         mc, t = self.model.config, cfg.teacher
@@ -184,6 +188,7 @@ class Trainer:
             "model_config": self.model.config.to_dict(),
             "corpus": self._corpus_record(),
             "config_changes": [dict(c) for c in self.config_changes],
+            "init_from": self.init_from,  # provenance of model.init_from (None: a fresh encoder)
         }
 
     def _corpus_record(self) -> dict:
@@ -201,6 +206,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.running.load_state_dict(state.get("target_stats", {"centre": state["centre"]}))
         self.step, self.bad_steps = int(state["step"]), int(state["bad_steps"])
+        self.init_from = state.get("init_from")
         set_rng_state(state["rng"])
         logger.info("resumed from step %d", self.step)
 

@@ -70,17 +70,37 @@ class BlocksSection:
 
 @dataclass(frozen=True)
 class ModelSection:
-    """The encoder (``preset`` + ``overrides`` of its ModelConfig), its gene-embedding start, the predictor."""
+    """The encoder (``preset`` + ``overrides`` of its ModelConfig), its start, the predictor.
+
+    ``init_from`` (None: a fresh encoder) starts the student and the teacher from a checkpoint's encoder: a
+    registry name (``biomjepa-mini``), a checkpoint directory, or ``URL#sha256=…``, verified as ``bj.tl.embed``
+    verifies it; ``preset`` + ``overrides`` must build the same encoder. ``gene_init`` then says what happens to
+    the checkpoint's gene embeddings: ``checkpoint`` keeps them, ``pca`` replaces them with this corpus's PCA
+    loadings; ``random`` (which would throw them away) is refused, as is ``checkpoint`` without ``init_from``.
+    The predictor starts fresh (its gene queries from the encoder's gene embeddings).
+    """
 
     preset: str = "base"
     overrides: dict = field(default_factory=dict)
-    gene_init: Literal["random", "pca"] = "random"  # pca: loadings of the corpus' leading PCs
+    gene_init: Literal["random", "pca", "checkpoint"] = "random"  # pca: loadings of the corpus' leading PCs
     gene_init_scale: float = 0.02
+    init_from: str | None = None
     pred_layers: int = 4
     pred_heads: int = 12
     pred_dropout: float = 0.05
     pred_width: int | None = None
     tau: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.init_from is not None and self.gene_init == "random":
+            raise ValueError(
+                f"model.init_from={self.init_from!r} loads the checkpoint's gene embeddings, and model.gene_init='random' "
+                "would replace them with random ones. Set model.gene_init: checkpoint (keep them) or pca (start them "
+                "again from this corpus's principal components)."
+            )
+        if self.init_from is None and self.gene_init == "checkpoint":
+            raise ValueError("model.gene_init='checkpoint' keeps the gene embeddings of model.init_from, which is not "
+                             "set; set model.init_from, or gene_init: random / pca.")
 
 
 @dataclass(frozen=True)

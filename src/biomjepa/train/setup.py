@@ -73,6 +73,59 @@ def init_gene_embedding(model, corpus: Corpus, cfg: ModelSection, seed: int, dev
         model.predictor.query_embedding.weight.copy_(E)
 
 
+#: what must agree between ``model.init_from``'s encoder and the run's (``pooling`` and ``dropout`` may differ)
+FIT_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "n_value_bins", "attn_eps")
+
+
+def init_from_checkpoint(model, corpus: Corpus, cfg: TrainConfig, info: DistInfo) -> dict:
+    """``model.init_from``: the checkpoint's encoder into the student (the teacher is copied from it after).
+
+    Rank 0 resolves the reference first (a URL is downloaded once into ``bj.settings.cachedir`` and checked
+    against its sha256); every rank then loads the same verified files (:func:`biomjepa.load_model`).
+    ``model.gene_init: pca`` then replaces the gene embeddings with this corpus's PCA loadings; ``checkpoint``
+    keeps them. The predictor's gene queries start from the resulting gene embeddings, as after a PCA start.
+    Returns the provenance record kept in every training state and export: the reference, the checkpoint's
+    name, its ``checkpoint_sha256`` (the whole checkpoint) and ``weights_sha256``.
+    """
+    from .._pretrained import load_model, resolve_checkpoint
+
+    ref = cfg.model.init_from
+    if info.is_main:
+        resolve_checkpoint(ref)  # downloads (and verifies) once, before the other ranks look
+    barrier(info)
+    base = load_model(ref)
+    check_fit(base.config, model.config, ref)
+    with torch.no_grad():
+        model.student.load_state_dict(base.encoder.state_dict())
+    if cfg.model.gene_init == "pca":
+        init_gene_embedding(model, corpus, cfg.model, cfg.run.seed, info.device)
+    else:
+        with torch.no_grad():
+            model.predictor.query_embedding.weight.copy_(model.student.gene_embedding.weight[: model.config.vocab_size])
+    record = {"ref": str(ref), "name": str(base.info.get("name", ref)), "gene_init": cfg.model.gene_init,
+              "checkpoint_sha256": str(base.info.get("checkpoint_sha256", "")),
+              "weights_sha256": str(base.info.get("sha256", ""))}
+    logger.info("init_from %s (checkpoint sha256 %s); gene embeddings: %s", record["name"],
+                record["checkpoint_sha256"][:12] or "?", "this corpus's PCA" if cfg.model.gene_init == "pca" else "kept")
+    return record
+
+
+def check_fit(saved, own, ref: str) -> None:
+    """Refuse a checkpoint encoder (:class:`~biomjepa.nn.ModelConfig` ``saved``) that the run's ``own`` cannot hold."""
+    diff = [k for k in FIT_KEYS if getattr(saved, k) != getattr(own, k)]
+    if not diff:
+        return
+
+    def shape(mc) -> str:
+        return ", ".join(f"{k}={getattr(mc, k)}" for k in FIT_KEYS) + f" (gene_embedding [{mc.vocab_size + 2}, {mc.d_model}])"
+
+    fix = ", ".join(f"{k}: {getattr(saved, k)}" for k in diff)
+    raise ValueError(
+        f"model.init_from={ref!r} holds an encoder of {shape(saved)}, but this config builds one of {shape(own)}; "
+        f"they differ in {', '.join(diff)}. Set model.preset/model.overrides to the checkpoint's ({fix})."
+    )
+
+
 def make_optimizer(model: torch.nn.Module, cfg: OptimSection) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices only (not biases, LayerNorms, the mask vector)."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
