@@ -156,14 +156,14 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def test_every_option_of_every_subcommand_is_explained():
     subs = _subparsers(build_parser())
-    assert set(subs) == {"demo", "embed", "train", "bench", "graph"}
+    assert set(subs) == {"demo", "embed", "train", "bench", "graph", "adapt"}
     for name, sub in subs.items():
         assert sub.description, name
         for action in sub._actions:
             assert action.help and len(action.help) > 10, (name, action.dest)
 
 
-@pytest.mark.parametrize("command", ["demo", "embed", "train", "bench", "graph"])
+@pytest.mark.parametrize("command", ["demo", "embed", "train", "bench", "graph", "adapt"])
 def test_help_exits_0(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])

@@ -12,6 +12,7 @@ from .types import EPILOG
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``biomjepa`` argument parser with its ``demo``, ``embed``, ``train``, ``bench`` and ``graph`` subcommands."""
+    from .adapt import add_adapt_parser
     from .demo import add_demo_parser
     from .embed import add_embed_parser
     from .graph import add_graph_parser
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_embed_parser(sub)
     add_train_parser(sub)
     add_graph_parser(sub)
+    add_adapt_parser(sub)
     try:
         from .bench import add_bench_parser
 

@@ -1,0 +1,70 @@
+"""``biomjepa adapt IN.h5ad --out DIR [--embed OUT.h5ad]``: adapt a checkpoint to one dataset's cells (bj.tl.adapt)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .types import CHECKPOINT_HELP, EPILOG, h5ad_file, non_negative_int, output_file, positive_int
+
+
+def add_adapt_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``adapt`` subcommand; its ``func`` is :func:`run_adapt`."""
+    a = subparsers.add_parser(
+        "adapt", help="teach the model a dataset's own cells (self-supervised), write the adapted checkpoint",
+        epilog=EPILOG + "; 130/143 stopped by SIGINT/SIGTERM (no checkpoint written)",
+        description="Continue pretraining a checkpoint on the cells of INPUT (raw counts; labels are never read) "
+        "and write the adapted checkpoint to --out (config.json, model.safetensors, SHA256SUMS), usable as "
+        "`biomjepa embed --checkpoint DIR` or bj.tl.embed(adata, checkpoint=DIR). With --embed, also write INPUT "
+        "plus obsm['X_biomjepa'] from the adapted checkpoint and uns['biomjepa']['adapt'].")
+    a.add_argument("input", type=h5ad_file, help="input .h5ad with raw counts (at least 200 cells)")
+    a.add_argument("--out", required=True, metavar="DIR", help="new (or empty) directory for the adapted checkpoint")
+    a.add_argument("--embed", type=output_file, default=None, metavar="OUT.h5ad",
+                   help="also write INPUT with the adapted embedding to OUT.h5ad (replaced only once fully written)")
+    a.add_argument("--checkpoint", default=None, help="base " + CHECKPOINT_HELP)
+    a.add_argument("--layer", default=None, help="layer holding raw counts (default: X)")
+    a.add_argument("--use-raw", action="store_true", help="read the counts from adata.raw (not with --layer)")
+    a.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "lognorm"],
+                   help="counts: raw integer counts; lognorm: log1p(normalize_total) values (default: counts)")
+    a.add_argument("--library-size-key", default=None, metavar="OBS_COLUMN",
+                   help="with --input lognorm: obs column of total counts per cell (default: estimated)")
+    a.add_argument("--species", default="human", choices=["human", "mouse"],
+                   help="species of the gene identifiers (default: human)")
+    a.add_argument("--steps", type=positive_int, default=None,
+                   help="training steps of 64 cells (default: 16 passes over the cells, 100-1000 steps)")
+    a.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop training after this many seconds (default: none)")
+    a.add_argument("--seed", type=non_negative_int, default=0, help="training seed (default: 0)")
+    a.set_defaults(func=run_adapt, flags=ADAPT_FLAGS)
+    return a
+
+
+#: the library's argument names in messages -> this command's options
+ADAPT_FLAGS = {"out_dir=": "--out ", "time_budget": "--time-budget", "steps must": "--steps must",
+               "use_raw=True": "--use-raw", "layer=": "--layer ", "library_size_key": "--library-size-key",
+               "input='lognorm'": "--input lognorm"}
+
+
+def run_adapt(args: argparse.Namespace) -> None:
+    """``bj.tl.adapt`` on INPUT (read backed unless ``--embed`` needs it whole), then write ``--embed``."""
+    import anndata as ad
+
+    import biomjepa as bj
+
+    from .errors import Stopped
+
+    adata = ad.read_h5ad(args.input) if args.embed else ad.read_h5ad(args.input, backed="r")
+    try:
+        bj.tl.adapt(adata, args.checkpoint, layer=args.layer, use_raw=args.use_raw, input=args.input_kind,
+                    library_size_key=args.library_size_key, species=args.species, steps=args.steps,
+                    time_budget=args.time_budget, out_dir=args.out, seed=args.seed)
+    except KeyboardInterrupt as err:
+        raise Stopped(f"{err or 'adapt stopped by SIGINT'}; no checkpoint was written to {args.out}.",
+                      143 if "SIGTERM" in str(err) else 130) from None
+    rec = adata.uns["biomjepa"]["adapt"]
+    print(f"adapted {rec['base']['name']} on {rec['n_cells']} cells: {rec['steps_done']} steps in {rec['seconds']:.0f} s; "
+          f"wrote {rec['checkpoint']} (sha256 {rec['checkpoint_sha256']})")
+    if args.embed:
+        from .embed import write_h5ad_atomic
+
+        write_h5ad_atomic(adata, args.embed)
+        print(f"wrote obsm['X_biomjepa'] {adata.obsm['X_biomjepa'].shape} to {args.embed}")

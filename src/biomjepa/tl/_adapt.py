@@ -1,0 +1,245 @@
+"""``bj.tl.adapt``: let a dataset's own cells teach the model, then embed them with what it learnt.
+
+Self-supervised only: the cells' counts go through the package's one streaming reader into a
+temporary corpus shard (:func:`biomjepa.data.shard_file.write_shard`), the training loop continues
+pretraining the checkpoint on them with ``model.init_from`` (:func:`biomjepa.train.adapt.adapt_encoder`),
+and :func:`biomjepa.tl.embed` embeds the cells with the adapted checkpoint. No ``obs`` column is read.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import logging
+import math
+import numbers
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from .._docs import doc_params
+from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY
+from .._settings import settings
+from ._utils import check_copy
+
+if TYPE_CHECKING:
+    from anndata import AnnData
+
+logger = logging.getLogger(__name__)
+
+#: fewest cells (with a mapped gene) adapt trains on: below it, a few dozen 64-cell batches repeat the same cells
+MIN_CELLS = 200
+#: default steps: this many passes over the cells in 64-cell batches, within [MIN_STEPS, MAX_STEPS]
+EPOCHS, MIN_STEPS, MAX_STEPS = 16, 100, 1000
+
+
+def default_steps(n_cells: int, batch_size: int = 64) -> int:
+    """``steps=None``: :data:`EPOCHS` passes over ``n_cells`` in batches of ``batch_size``, clipped to
+    [:data:`MIN_STEPS`, :data:`MAX_STEPS`] (1,074 cells: 269 steps)."""
+    return int(min(MAX_STEPS, max(MIN_STEPS, math.ceil(EPOCHS * n_cells / batch_size))))
+
+
+@doc_params
+def adapt(
+    adata: AnnData,
+    checkpoint: str | None = None,
+    *,
+    layer: str | None = None,
+    use_raw: bool = False,
+    input: Literal["counts", "lognorm"] = "counts",
+    library_size_key: str | None = None,
+    species: str = "human",
+    steps: int | None = None,
+    time_budget: float | None = None,
+    out_dir: str | os.PathLike | None = None,
+    seed: int = 0,
+    mod: str | None = None,
+    key_added: str = OBSM_KEY,
+    copy: bool = False,
+) -> AnnData | None:
+    """Adapt a checkpoint to ``adata``'s own cells (self-supervised), then embed them with it.
+
+    Continues pretraining the checkpoint's encoder on these cells alone with the package's training
+    loop (``model.init_from``; the recipe of :mod:`biomjepa.train.adapt`: the ``mini`` preset's objective
+    on 64-cell batches), writes the adapted encoder as an ordinary checkpoint directory, and embeds the
+    cells with it (:func:`biomjepa.tl.embed`). Labels are never read. The same directory embeds query
+    cells later: ``bj.tl.embed(query, checkpoint=out_dir)``. Embeddings of an adapted checkpoint are
+    comparable with each other (these cells and query cells embedded with it), not with embeddings
+    from the base checkpoint or another adaptation.
+
+    Rows are read chunk by chunk (backed AnnData works); genes without ``var["biomjepa_token"]`` are
+    mapped with ``species`` (and the column written at the end, as :func:`biomjepa.pp.map_vocab` does).
+    On one CPU thread a seed gives the same checkpoint and embedding each time (``time_budget`` aside).
+    Ctrl-C or SIGTERM stop it with :class:`KeyboardInterrupt`, leaving no checkpoint directory and
+    ``adata`` as it was.
+
+    Parameters
+    ----------
+    adata
+        AnnData with raw counts (in memory or ``backed="r"``), or a MuData (modality ``mod``), of at
+        least :data:`MIN_CELLS` (200) cells.
+    checkpoint
+        Base checkpoint: registry name, directory or ``URL#sha256=…`` (default ``bj.settings.checkpoint``).
+    {layer}
+    {use_raw}
+    {input}
+    {library_size_key}
+    species
+        Species of the genes, used only when they are not mapped yet (see :func:`biomjepa.pp.map_vocab`).
+    steps
+        Training steps of 64 cells; default :func:`default_steps` (16 passes over the cells, 100–1,000 steps).
+    time_budget
+        Stop training once this many seconds have passed (checked every ``max(5, steps // 50)`` steps;
+        the learning-rate schedule stays that of ``steps``).
+    out_dir
+        Directory for the adapted checkpoint (new or empty); default a new directory under
+        ``bj.settings.cachedir / "adapted"``.
+    seed
+        Seed of training (predictor initialisation, batches, blocks, views).
+    {mod}
+    key_added
+        ``obsm`` key of the embedding (default ``"X_biomjepa"``; parameters go to ``uns["biomjepa"]``, or to
+        ``uns[key_added]`` for another key).
+    {copy_backed}
+
+    Returns
+    -------
+    ``None`` or a copy (``copy=True``), with
+
+    ``.obsm[key_added]``
+        float32 ``[n_obs, 2·d_model]`` embedding by the adapted checkpoint (standardized with feature
+        statistics measured on these cells, recorded in the checkpoint).
+    ``.uns["biomjepa"]["params"]``
+        what :func:`biomjepa.tl.embed` records (the checkpoint is the adapted one).
+    ``.uns["biomjepa"]["adapt"]``
+        ``checkpoint`` (path), ``checkpoint_sha256``, ``weights_sha256``, ``base`` (reference, name and
+        sha256s of the base checkpoint), ``steps``, ``steps_done``, ``seconds``, ``recipe``, ``seed``,
+        ``n_cells``, ``time_budget``.
+    ``.var["biomjepa_token"]``
+        written only when the genes were not mapped before.
+    """
+    from ..data.anndata_source import counts_view, get_modality
+
+    _check_args(steps, time_budget, seed)
+    check_copy(adata, copy)
+    adata = adata.copy() if copy else adata
+    target = get_modality(adata, mod)
+    source = counts_view(target, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
+    _check_size(target.n_obs)
+    token, mapped = _tokens(source, species)
+    base = str(checkpoint if checkpoint is not None else settings.checkpoint)
+    out = _out_dir(out_dir)
+    record = _train(source, layer, token, base, out, steps, seed, time_budget)
+    _write(adata, target, record, mapped=mapped, layer=layer, use_raw=use_raw, input=input,
+           library_size_key=library_size_key, species=species, mod=mod, key_added=key_added)
+    return adata if copy else None
+
+
+def _check_args(steps, time_budget, seed) -> None:
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1):
+        raise ValueError(f"steps must be a positive integer (training steps of 64 cells), got {steps!r}; or None.")
+    if time_budget is not None and (isinstance(time_budget, bool) or not isinstance(time_budget, numbers.Real)
+                                    or not math.isfinite(time_budget) or time_budget <= 0):
+        raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget!r}; or None.")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}.")
+
+
+def _check_size(n: int, what: str = "adata has") -> None:
+    if n < MIN_CELLS:
+        raise ValueError(
+            f"{what} {n} cells; bj.tl.adapt needs at least {MIN_CELLS} cells (with a mapped gene) to learn from. "
+            "Embed fewer cells with `bj.tl.embed` (the base checkpoint), or adapt on a larger dataset of the same "
+            "tissue and embed these cells with its checkpoint: `bj.tl.embed(adata, checkpoint=out_dir)`."
+        )
+
+
+def _tokens(source, species: str) -> tuple[np.ndarray, bool]:
+    """The genes' vocabulary indices, and whether ``var["biomjepa_token"]`` already held them (else mapped here)."""
+    from ..data.anndata_source import token_column
+    from ..data.idtable import map_var
+
+    if TOKEN_KEY in source.var:
+        return token_column(source, TOKEN_KEY), True
+    _, res = map_var(source.var_names, source.var, n_obs=source.n_obs, species=species)
+    return np.asarray(res.token, dtype=np.int64), False
+
+
+def _out_dir(out_dir) -> Path:
+    if out_dir is not None:
+        out = Path(out_dir).expanduser()
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = Path(tempfile.mkdtemp(prefix=f"adapt-{stamp}-", dir=_mkdir(settings.cachedir / "adapted")))
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"out_dir={str(out)!r} exists and is not an empty directory; adapt never replaces a "
+                              "checkpoint. Give a new directory.")
+    _mkdir(out.parent)
+    return out
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _train(source, layer, token, base: str, out: Path, steps, seed: int, time_budget) -> dict:
+    """Write the cells as a shard in a scratch directory beside ``out``, adapt, and remove the scratch."""
+    from ..data.shard_file import write_shard
+    from ..train.adapt import adapt_encoder
+
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.adapt-", dir=out.parent))
+    try:
+        n = write_shard(source, work / "cells.npz", layer=layer, token=token)
+        _check_size(n, "adata has")
+        steps = default_steps(n) if steps is None else int(steps)
+        logger.info("adapt: %d cells, %d steps from %s", n, steps, base)
+        return adapt_encoder(work / "cells.npz", out, init_from=base, steps=steps, seed=seed, time_budget=time_budget,
+                             work_dir=work, device=settings.device, progress=settings.show_progress)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _write(adata, target, record: dict, *, mapped: bool, layer, use_raw, input, library_size_key, species, mod,
+           key_added: str) -> None:
+    """Map (if needed) and embed with the adapted checkpoint; on any error or interrupt, undo every write."""
+    from ..pp import map_vocab
+    from ._embed import embed
+
+    uns_key = UNS_KEY if key_added == OBSM_KEY else key_added
+    before = {k: _copy.deepcopy(target.uns[k]) for k in {UNS_KEY, uns_key} if k in target.uns}
+    had_obsm = key_added in target.obsm
+    old_obsm = target.obsm[key_added] if had_obsm else None
+    try:
+        if not mapped:
+            map_vocab(adata, layer=layer, use_raw=use_raw, species=species, mod=mod)
+        embed(adata, checkpoint=record["path"], layer=layer, use_raw=use_raw, input=input,
+              library_size_key=library_size_key, mod=mod, key_added=None if key_added == OBSM_KEY else key_added)
+        target.uns[uns_key]["adapt"] = {"checkpoint": record["path"], **{k: v for k, v in record.items() if k != "path"}}
+    except BaseException:
+        _undo(adata, target, mapped=mapped, use_raw=use_raw, uns_key=uns_key, before=before, key=key_added,
+              old_obsm=old_obsm, had_obsm=had_obsm)
+        raise
+
+
+def _undo(adata, target, *, mapped, use_raw, uns_key, before, key, old_obsm, had_obsm) -> None:
+    """Give ``target`` back its var, obsm and uns as they were before :func:`_write`."""
+    if not mapped:
+        var = target.raw.var if use_raw else target.var
+        if TOKEN_KEY in var:
+            del var[TOKEN_KEY]
+    if had_obsm:
+        target.obsm[key] = old_obsm
+    elif key in target.obsm:
+        del target.obsm[key]
+        if hasattr(adata, "mod") and key in adata.obsm:
+            del adata.obsm[key]
+    for k in {UNS_KEY, uns_key}:
+        if k in before:
+            target.uns[k] = before[k]
+        else:
+            target.uns.pop(k, None)

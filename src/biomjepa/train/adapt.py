@@ -1,0 +1,226 @@
+"""Continue pretraining a checkpoint on one corpus shard and export it: the training half of ``bj.tl.adapt``.
+
+``tl`` uses ``train`` through one function each (STYLE): :func:`adapt_encoder` takes a prepared shard
+file (:func:`biomjepa.data.shard_file.write_shard`) and plain numbers, runs :func:`~biomjepa.train.pretrain`
+with ``model.init_from`` on it in a scratch directory, and writes the adapted encoder as an ordinary
+checkpoint directory (``config.json`` + ``model.safetensors`` + ``SHA256SUMS``). It returns a plain dict.
+
+The recipe (:data:`RECIPE`) is the bundled ``mini`` preset (the v0.3 recipe: a 512-gene teacher view,
+depth-thinned 64-gene student views, the view contrast) on 64-cell batches, started from the checkpoint's
+encoder with the choices measured in ``benchmarks/evaluation/adapt_curve.py`` on validation tissues only.
+The exported readout records fixed per-feature statistics measured on (up to :data:`READOUT_CELLS` of) the
+adapted cells, so the checkpoint returns standardized embeddings for these and any later query cells.
+
+Interruptions: SIGINT or SIGTERM during training end the run at the next step; the scratch state is then
+discarded and :class:`KeyboardInterrupt` raised (SIGTERM also raises it anywhere else in this function).
+The checkpoint is assembled in the scratch directory and renamed into place only when complete, so
+``out_dir`` holds a whole checkpoint or nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["adapt_encoder"]
+
+#: The adaptation recipe: what starts from the checkpoint, how fast it learns, which encoder is exported.
+#: ``gene_init``: ``checkpoint`` (keep its gene embeddings) or ``pca`` (re-initialise them from the cells).
+RECIPE = {"gene_init": "checkpoint", "lr": 1e-3, "warmup_steps": 50, "batch_size": 64, "encoder": "teacher",
+          "momentum_start": 0.996, "momentum_end": 0.9997}
+#: cells sampled (seeded) to measure the exported readout's feature statistics
+READOUT_CELLS = 2048
+
+
+class _BudgetReached(Exception):
+    """Raised from the checkpoint hook once ``time_budget`` seconds have passed (the state is saved)."""
+
+
+def adapt_encoder(
+    shard: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    init_from: str,
+    steps: int,
+    seed: int = 0,
+    time_budget: float | None = None,
+    work_dir: str | os.PathLike,
+    recipe: dict | None = None,
+    device: str = "auto",
+    progress: bool = True,
+) -> dict:
+    """Adapt ``init_from``'s encoder to the cells of ``shard`` for ``steps`` steps; write it to ``out_dir``.
+
+    Parameters
+    ----------
+    shard
+        A corpus shard ``.npz`` of the cells to learn.
+    out_dir
+        The checkpoint directory to create (must not exist, or be empty); renamed into place when complete.
+    init_from
+        The base checkpoint: a registry name, a directory or ``URL#sha256=…``.
+    steps
+        Optimizer steps (the learning-rate schedule's length).
+    seed
+        Seed of the run (initialisation of the predictor, batches, blocks, views).
+    time_budget
+        Stop after the first saved state past this many seconds of training (``None``: train all ``steps``).
+    work_dir
+        Scratch directory on the file system of ``out_dir`` (the caller removes it).
+    recipe
+        Entries replacing those of :data:`RECIPE`.
+    device, progress
+        The training device (``"auto"``: CUDA when available), and whether to show a progress bar.
+
+    Returns
+    -------
+    ``{"path", "checkpoint_sha256", "weights_sha256", "base", "steps", "steps_done", "seconds", "recipe",
+    "seed", "n_cells"}``.
+    """
+    from .._pretrained import load_model
+    from ..model import checkpoint_sha256
+
+    recipe = {**RECIPE, **(recipe or {})}
+    out, work = Path(out_dir), Path(work_dir)
+    _check_out(out)
+    base = load_model(init_from)
+    with _sigterm_interrupts():
+        cfg = _config(shard, work, base.config.to_dict(), init_from, steps, seed, recipe, device, progress, time_budget)
+        t0 = time.perf_counter()
+        state = _train(cfg, time_budget, t0)
+        seconds = time.perf_counter() - t0
+        ckpt = work / "checkpoint"
+        record = {"base": dict(state["init_from"]), "steps": int(steps), "steps_done": int(state["step"]),
+                  "seconds": round(seconds, 2), "recipe": dict(recipe), "seed": int(seed),
+                  "n_cells": _n_cells(cfg), "time_budget": time_budget}
+        _export(state, cfg, ckpt, recipe["encoder"], record, device)
+        os.replace(ckpt, out)
+    meta = (out / "config.json").read_text()
+    import json
+
+    return {"path": str(out), "checkpoint_sha256": checkpoint_sha256(out),
+            "weights_sha256": json.loads(meta)["weights_sha256"], **record}
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} already exists and is not an empty directory; adapt never replaces a checkpoint. "
+                              "Give a new out_dir, or remove it first.")
+
+
+def _config(shard, work: Path, arch: dict, init_from: str, steps: int, seed: int, recipe: dict, device: str,
+            progress: bool, time_budget: float | None):
+    """The run's :class:`~biomjepa.train.TrainConfig`: the ``mini`` preset's recipe on the checkpoint's encoder."""
+    from .config import TrainConfig
+
+    every = steps if time_budget is None else max(5, steps // 50)  # a budget is checked at each saved state
+    return TrainConfig.from_dict({
+        "preset": "mini",
+        "run": {"out_dir": str(work / "runs"), "run_name": "adapt", "seed": int(seed), "steps": int(steps)},
+        "data": {"corpus": [str(shard)], "cache_dir": str(work / "cache"), "batch_size": recipe["batch_size"],
+                 "accumulation": 1, "num_workers": 0},
+        "model": {"preset": "mini", "overrides": arch, "init_from": str(init_from), "gene_init": recipe["gene_init"]},
+        "optim": {"lr": recipe["lr"], "min_lr": min(1e-6, recipe["lr"]),
+                  "warmup_steps": min(int(recipe["warmup_steps"]), max(1, steps // 4))},
+        "teacher": {"momentum_start": recipe["momentum_start"], "momentum_end": recipe["momentum_end"]},
+        "loop": {"device": device, "checkpoint_every": every, "keep_checkpoints": 1, "tensorboard": False,
+                 "progress": progress},
+        "probe": {"encoder": recipe["encoder"]},
+    })
+
+
+def _train(cfg, time_budget: float | None, t0: float) -> dict:
+    """Run the loop; the latest state (the budget ends it at a saved state; a stop signal discards it)."""
+    from .checkpoint import load_latest_state
+    from .loop import pretrain, run_dir_of
+    from .signals import last_stop_signal
+
+    def hook(step, teacher, run_dir):
+        if time_budget is not None and step > 0 and time.perf_counter() - t0 >= time_budget:
+            raise _BudgetReached
+
+    try:
+        pretrain(cfg, on_checkpoint=hook)
+    except _BudgetReached:
+        logger.info("adapt: time budget of %.0f s reached", time_budget)
+    else:
+        signum = last_stop_signal()
+        if signum is not None:
+            raise KeyboardInterrupt(f"adapt stopped by {signal.Signals(signum).name}; nothing was written.")
+    return load_latest_state(run_dir_of(cfg))[1]
+
+
+def _n_cells(cfg) -> int:
+    from ..data.shards import Corpus
+
+    corpus = Corpus(cfg.data.cache_dir)
+    try:
+        return corpus.n_cells
+    finally:
+        corpus.close()
+
+
+def _export(state: dict, cfg, ckpt: Path, which: str, record: dict, device: str) -> None:
+    """Export ``which`` encoder of ``state`` with feature statistics measured on the adapted cells."""
+    from .checkpoint import export
+
+    readout = _readout(state, cfg, which, device)
+    export(state, ckpt, which=which, readout=readout, provenance={"source": "biomjepa.tl.adapt", "adapt": record})
+
+
+def _readout(state: dict, cfg, which: str, device: str) -> dict:
+    """Per-feature mean and s.d. of the exported readout over up to :data:`READOUT_CELLS` adapted cells."""
+    import torch
+
+    from .._device import resolve_device
+    from ..data.shards import Corpus
+    from ..data.tokenize import concat_cells
+    from ..model import BiomJEPA
+    from ..nn.config import ModelConfig
+    from ..nn.inference import embed_cells
+    from ..nn.readout import feature_stats, readout_entry
+    from .checkpoint import encoder_weights
+
+    corpus = Corpus(cfg.data.cache_dir)
+    try:
+        rng = np.random.default_rng([cfg.run.seed, 7])
+        n = corpus.n_cells
+        take = np.sort(rng.choice(n, min(n, READOUT_CELLS), replace=False))
+        bounds = np.cumsum([0, *(len(x) for x in corpus.lengths)])
+        parts = [corpus.cells(s, take[(take >= bounds[s]) & (take < bounds[s + 1])] - bounds[s])
+                 for s in range(len(corpus))]
+        cells = concat_cells(parts)
+    finally:
+        corpus.close()
+    with torch.random.fork_rng(devices=[]):
+        model = BiomJEPA(ModelConfig.from_dict(state["model_config"]))
+    model.encoder.load_state_dict(encoder_weights(state, which))
+    Z = embed_cells(model, cells, batch_size=64, device=resolve_device(device))
+    mean, scale = feature_stats(Z)
+    return readout_entry(mean, scale, n_cells=len(cells), source=f"bj.tl.adapt: {len(cells)} of the adapted cells")
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM raises :class:`KeyboardInterrupt` (as SIGINT does), so the caller's clean-up runs."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt("adapt stopped by SIGTERM; nothing was written.")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

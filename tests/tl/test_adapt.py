@@ -1,0 +1,201 @@
+"""``bj.tl.adapt`` and ``biomjepa adapt``: self-supervised adaptation to a dataset's own cells (issue 39).
+
+A random ``tiny`` checkpoint and 240 synthetic cells of three planted types, a few steps each.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import sparse
+
+import biomjepa as bj
+from biomjepa.data.vocab import Vocab
+from biomjepa.model import BiomJEPA, checkpoint_sha256, load_checkpoint, save_checkpoint
+from biomjepa.nn import ModelConfig
+
+pytestmark = pytest.mark.filterwarnings("ignore:The input measures only:UserWarning")
+N, G = 240, 400
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> str:
+    torch.manual_seed(0)
+    return str(save_checkpoint(BiomJEPA(ModelConfig.preset("tiny")), tmp_path_factory.mktemp("adapt") / "base"))
+
+
+def cells(n: int = N, seed: int = 0) -> ad.AnnData:
+    """``n`` cells of three planted expression programmes over ``G`` vocabulary genes, at varied depths."""
+    rng = np.random.default_rng(seed)
+    lam = rng.gamma(0.5, 2, size=(3, G))
+    kind = rng.integers(0, 3, n)
+    X = rng.poisson(lam[kind] * rng.uniform(0.5, 2, size=(n, 1))).astype(np.float32)
+    a = ad.AnnData(sparse.csr_matrix(X), var=pd.DataFrame(index=list(Vocab.default().symbols[:G])))
+    a.obs_names = [f"c{i}" for i in range(n)]
+    a.obs["cell_type"] = pd.Categorical(kind.astype(str))
+    return a
+
+
+def test_adapts_embeds_and_writes_a_checkpoint_that_embeds_other_cells(tmp_path, base):
+    adata = cells()
+    obs = adata.obs.copy()
+    bj.tl.adapt(adata, base, steps=4, out_dir=tmp_path / "ck")
+    out = tmp_path / "ck"
+    assert sorted(p.name for p in out.iterdir()) == ["SHA256SUMS", "config.json", "model.safetensors"]
+    assert [p.name for p in tmp_path.iterdir()] == ["ck"]  # the scratch directory is gone
+    Z = adata.obsm["X_biomjepa"]
+    assert Z.shape == (N, 64) and np.isfinite(Z).all()
+    rec = adata.uns["biomjepa"]["adapt"]
+    assert rec["checkpoint"] == str(out) and rec["checkpoint_sha256"] == checkpoint_sha256(out)
+    assert rec["base"]["checkpoint_sha256"] == checkpoint_sha256(base) and rec["base"]["ref"] == base
+    assert (rec["steps"], rec["steps_done"], rec["seed"], rec["n_cells"]) == (4, 4, 0, N)
+    assert rec["recipe"]["gene_init"] in ("checkpoint", "pca")
+    assert adata.uns["biomjepa"]["params"]["checkpoint"] == str(out)
+    pd.testing.assert_frame_equal(adata.obs, obs)
+    prov = json.loads((out / "config.json").read_text())["provenance"]
+    assert prov["source"] == "biomjepa.tl.adapt" and prov["init_from"]["checkpoint_sha256"] == checkpoint_sha256(base)
+    assert prov["adapt"]["steps_done"] == 4
+    assert not np.allclose(load_checkpoint(out).encoder.gene_embedding.weight.detach(),
+                           load_checkpoint(base).encoder.gene_embedding.weight.detach())  # it learnt
+    # standardized on the adapted cells (up to the readout's sample of them: all 240 here)
+    np.testing.assert_allclose(Z.mean(0), 0, atol=1e-3)
+    np.testing.assert_allclose(Z.std(0), 1, atol=1e-2)
+    query = cells(30, seed=1)
+    bj.pp.map_vocab(query)
+    bj.tl.embed(query, checkpoint=str(out))
+    assert query.obsm["X_biomjepa"].shape == (30, 64)
+    again = adata[:30].copy()
+    bj.tl.embed(again, checkpoint=str(out))
+    np.testing.assert_allclose(again.obsm["X_biomjepa"], Z[:30], rtol=1e-5, atol=1e-5)
+
+
+def test_one_seed_one_result_on_one_thread(tmp_path, base):
+    a, b, c = cells(), cells(), cells()
+    bj.tl.adapt(a, base, steps=3, out_dir=tmp_path / "a", seed=1)
+    bj.tl.adapt(b, base, steps=3, out_dir=tmp_path / "b", seed=1)
+    bj.tl.adapt(c, base, steps=3, out_dir=tmp_path / "c", seed=2)
+    ra, rb, rc = (x.uns["biomjepa"]["adapt"] for x in (a, b, c))
+    assert ra["weights_sha256"] == rb["weights_sha256"] != rc["weights_sha256"]
+    np.testing.assert_array_equal(a.obsm["X_biomjepa"], b.obsm["X_biomjepa"])
+
+
+def test_backed_input_is_read_in_chunks_and_gives_the_same_result(tmp_path, base, monkeypatch):
+    import biomjepa.data.stream as stream
+
+    adata = cells()
+    bj.pp.map_vocab(adata)
+    adata.write_h5ad(tmp_path / "in.h5ad")
+    monkeypatch.setattr(stream, "CHUNK", 64)
+    backed = ad.read_h5ad(tmp_path / "in.h5ad", backed="r")
+    bj.tl.adapt(backed, base, steps=3, out_dir=tmp_path / "backed", seed=3)
+    bj.tl.adapt(adata, base, steps=3, out_dir=tmp_path / "memory", seed=3)
+    assert backed.uns["biomjepa"]["adapt"]["weights_sha256"] == adata.uns["biomjepa"]["adapt"]["weights_sha256"]
+    np.testing.assert_array_equal(backed.obsm["X_biomjepa"], adata.obsm["X_biomjepa"])
+
+
+def test_copy_and_key_added(tmp_path, base):
+    adata = cells()
+    out = bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "ck", copy=True, key_added="X_adapted")
+    assert "X_adapted" not in adata.obsm and "biomjepa_token" not in adata.var
+    assert out.obsm["X_adapted"].shape == (N, 64) and out.uns["X_adapted"]["adapt"]["steps_done"] == 2
+
+
+def test_too_few_cells_are_refused_naming_the_minimum(tmp_path, base):
+    with pytest.raises(ValueError, match="at least 200 cells"):
+        bj.tl.adapt(cells(150), base, steps=2, out_dir=tmp_path / "ck")
+    assert not (tmp_path / "ck").exists()
+
+
+@pytest.mark.parametrize("bad", [{"steps": 0}, {"steps": 2.5}, {"time_budget": -1}, {"seed": -1}])
+def test_bad_arguments(tmp_path, base, bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        bj.tl.adapt(cells(), base, out_dir=tmp_path / "ck", **bad)
+
+
+def test_refuses_an_existing_checkpoint_directory(tmp_path, base):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "config.json").write_text("{}")
+    with pytest.raises(FileExistsError, match="not an empty directory"):
+        bj.tl.adapt(cells(), base, steps=2, out_dir=tmp_path / "ck")
+
+
+def test_default_steps_scale_with_the_cells():
+    from biomjepa.tl._adapt import default_steps
+
+    assert default_steps(200) == 100 and default_steps(1074) == 269 and default_steps(10**6) == 1000
+    assert default_steps(2000) > default_steps(1074)
+
+
+def test_time_budget_stops_early_with_a_whole_checkpoint(tmp_path, base):
+    adata = cells()
+    bj.tl.adapt(adata, base, steps=40, time_budget=1e-6, out_dir=tmp_path / "ck")
+    rec = adata.uns["biomjepa"]["adapt"]
+    assert rec["steps_done"] == 5 and rec["steps"] == 40 and rec["time_budget"] == 1e-6
+    assert load_checkpoint(tmp_path / "ck").info["provenance"]["adapt"]["steps_done"] == 5
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_leaves_no_checkpoint_and_the_anndata_unchanged(tmp_path, base, monkeypatch, signum):
+    import biomjepa.train.loop as loop
+
+    real, calls = loop.compute_objective, []
+
+    def signalled(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            signal.raise_signal(signum)
+        return real(*a, **k)
+
+    monkeypatch.setattr(loop, "compute_objective", signalled)
+    adata = cells()
+    before = adata.copy()
+    with pytest.raises(KeyboardInterrupt, match=signal.Signals(signum).name):
+        bj.tl.adapt(adata, base, steps=20, out_dir=tmp_path / "ck")
+    assert len(calls) == 2  # it stopped at the step the signal arrived in
+    assert list(tmp_path.iterdir()) == []  # no checkpoint, no scratch directory
+    _assert_unchanged(adata, before)
+
+
+def test_an_interrupt_while_embedding_undoes_every_write(tmp_path, base, monkeypatch):
+    import biomjepa.tl._embed as embed_module
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(embed_module, "embed_cells", interrupted)
+    adata = cells()
+    adata.uns["biomjepa"] = {"note": "kept"}
+    before = adata.copy()
+    with pytest.raises(KeyboardInterrupt):
+        bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "ck")
+    _assert_unchanged(adata, before)
+    assert adata.uns["biomjepa"] == {"note": "kept"}
+    assert (tmp_path / "ck" / "SHA256SUMS").is_file()  # the checkpoint was complete before embedding began
+
+
+def _assert_unchanged(adata, before) -> None:
+    assert list(adata.var.columns) == list(before.var.columns)
+    assert list(adata.obsm) == list(before.obsm) and list(adata.uns) == list(before.uns)
+    assert (adata.X != before.X).nnz == 0
+
+
+def test_cli_adapt_writes_the_checkpoint_and_the_embedding(tmp_path, base, capsys):
+    from biomjepa.cli.app import main
+
+    adata = cells()
+    adata.write_h5ad(tmp_path / "in.h5ad")
+    code = main(["--no-progress", "adapt", str(tmp_path / "in.h5ad"), "--out", str(tmp_path / "ck"),
+                 "--checkpoint", base, "--steps", "2", "--embed", str(tmp_path / "out.h5ad")])
+    assert code == 0, capsys.readouterr().err
+    out = ad.read_h5ad(tmp_path / "out.h5ad")
+    assert out.obsm["X_biomjepa"].shape == (N, 64)
+    assert out.uns["biomjepa"]["adapt"]["checkpoint_sha256"] == checkpoint_sha256(tmp_path / "ck")
+    assert "wrote" in capsys.readouterr().out
+    code = main(["adapt", str(tmp_path / "in.h5ad"), "--out", str(tmp_path / "ck"), "--checkpoint", base, "--steps", "2"])
+    assert code == 1 and "not an empty directory" in capsys.readouterr().err
