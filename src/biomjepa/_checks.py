@@ -12,9 +12,16 @@ import numbers
 
 
 def check_adata(adata, name: str = "adata") -> None:
-    """``adata`` is an AnnData (or a MuData); a ``TypeError`` naming ``name`` otherwise."""
+    """``adata`` is an AnnData (or a MuData); a ``TypeError`` naming ``name`` otherwise, and a ``ValueError`` for a
+    view of a backed AnnData (anndata can neither write into it nor copy it without a file name)."""
     from anndata import AnnData
 
+    if isinstance(adata, AnnData) and adata.is_view and adata.isbacked:
+        raise ValueError(
+            f"`{name}` is a view of a backed AnnData (a subset of a file opened with backed='r'): anndata cannot "
+            "write results into it, nor copy it without a file. Load the subset first: "
+            f"`{name} = {name}.to_memory()`, or write it to its own file: `{name}.copy(filename='subset.h5ad')`."
+        )
     if isinstance(adata, AnnData) or type(adata).__name__ == "MuData":
         return
     raise TypeError(
@@ -44,6 +51,24 @@ def check_ints(name: str, values, *, low: int = 1) -> list[int]:
     if not seq:
         raise ValueError(f"`{name}` is empty; give at least one integer >= {low}.")
     return [check_int(f"{name}[{i}]", v, low=low) for i, v in enumerate(seq)]
+
+
+def check_keys(name: str, values) -> list[str]:
+    """A key or a sequence of keys (``use_reps``), each a string and each once: a repeated key would score or
+    write everything twice. A ``TypeError`` / ``ValueError`` naming ``name`` and the repeated key otherwise."""
+    keys = [values] if isinstance(values, str) else values
+    try:
+        keys = list(keys)
+    except TypeError:
+        raise TypeError(f"`{name}` must be a key or a list of keys (strings), got {values!r}.") from None
+    wrong = [k for k in keys if not isinstance(k, str)]
+    if wrong:
+        raise TypeError(f"`{name}` must hold keys (strings), got {wrong[0]!r} in {keys!r}.")
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"`{name}` lists {', '.join(map(repr, twice))} more than once ({keys!r}); every result row "
+                         "would be repeated. List each key once.")
+    return keys
 
 
 def check_number(name: str, value, *, low: float | None = None, high: float | None = None,

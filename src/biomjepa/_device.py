@@ -21,12 +21,29 @@ def resolve_device(device: str | None = "auto"):
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(
-            f"device={device!r} was requested but CUDA is not available (torch {torch.__version__}, "
-            f"CUDA build: {torch.version.cuda}). Use device='cpu' or 'auto', or install a CUDA build of torch."
-        )
+    check_available(dev, f"device={device!r}", "Use device='cpu' or 'auto'")
     return dev
+
+
+def check_available(dev, asked: str, fix: str) -> None:
+    """A ``RuntimeError`` when the torch device ``dev`` cannot be used here (CUDA without CUDA, a GPU index past
+    the GPUs, MPS off Apple silicon): ``asked`` names what was asked in the caller's words (``device='cuda'``,
+    ``loop.device=cuda``), ``fix`` what to set instead (``"Use device='cpu' or 'auto'"``)."""
+    import torch
+
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"{asked} was requested but CUDA is not available (torch {torch.__version__}, CUDA build: "
+                           f"{torch.version.cuda}). {fix}, or install a CUDA build of torch.")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise RuntimeError(f"{asked} was requested but this machine has {torch.cuda.device_count()} CUDA device(s) "
+                           f"(indices 0..{torch.cuda.device_count() - 1}). {fix}, or a GPU index that exists.")
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            why = "this torch was not built with MPS" if mps is None or not mps.is_built() else \
+                "MPS needs macOS 12.3+ on Apple silicon"
+            raise RuntimeError(f"{asked} was requested but the MPS (Apple GPU) backend is not available here ({why}). "
+                               f"{fix}.")
 
 
 def autocast(device, *, enabled: bool = True):

@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -56,8 +57,10 @@ def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[
 
     The name is random (``.<target name>.<random><suffix>``) and the file is created exclusively,
     so it never follows a symlink planted in the directory. It gets the permissions of the file it
-    replaces, else ``0o666`` less the umask (as ``open`` would give). When the block raises, the
-    temporary file is removed and ``target`` is left as it was.
+    replaces, else ``0o666`` less the umask (as ``open`` would give), also when the writer recreated
+    it. When the block raises, the temporary file is removed and ``target`` is left as it was. A
+    ``target`` that exists and is not a regular file (``/dev/null``, a FIFO, a link to one) is refused
+    before anything is created (:func:`check_regular_target`).
 
     Examples
     --------
@@ -65,6 +68,7 @@ def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[
     ...     adata.write_h5ad(tmp)
     """
     target = Path(target)
+    check_regular_target(target)
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
     os.close(fd)
     tmp = Path(name)
@@ -75,10 +79,46 @@ def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[
             mode = 0o666 & ~_umask()
         os.chmod(tmp, mode)
         yield tmp
+        os.chmod(tmp, mode)  # a writer that recreated the file (safetensors does, 0600) gets the mode back
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (its link followed): ``"a directory"``,
+    ``"a character device"`` (``/dev/null``, a terminal), ``"a FIFO (named pipe)"`` (``/dev/stdout`` into a
+    pipe), ...; ``None`` for a regular file or a path that does not exist."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
+
+
+class NotRegularFile(OSError):
+    """An output path that exists and is not a regular file (a device, a FIFO, a socket, a directory)."""
+
+
+def check_regular_target(path: str | os.PathLike, *, what: str = "The output") -> None:
+    """Refuse, before any work, an output ``path`` that exists and is not a regular file.
+
+    Writing goes to a new file renamed over the target, which would put a regular file in place of
+    ``/dev/null``, a FIFO or a socket (and a link to one would be written through); so such a path
+    is a :class:`NotRegularFile` naming it and what it is. A missing path or a regular file passes.
+    """
+    kind = special_kind(path)
+    if kind is None:
+        return
+    link = f" (a link to {os.path.realpath(path)!r})" if os.path.islink(path) else ""
+    error = IsADirectoryError if kind == "a directory" else NotRegularFile
+    raise error(f"{what} {str(path)!r}{link} is {kind}, not a regular file: the result is written to a new file "
+                "renamed over it, which would replace it. Give the path of a regular file to create or replace.")
 
 
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk, an exhausted quota
@@ -94,7 +134,14 @@ def no_space_error(err: BaseException, directory: str | os.PathLike, *, what: st
     except OSError:
         free = "free space unknown"
     kind = "its quota is exhausted" if err.errno == errno.EDQUOT else "it is full"
-    return OSError(err.errno, f"No space left to write {what} in {directory} ({kind}: {free}). {fix}")
+    return NoSpaceError(err.errno, f"No space left to write {what} in {directory} ({kind}: {free}). {fix}")
+
+
+class NoSpaceError(OSError):
+    """A full disk or quota, said in words: its text is the message alone (no ``[Errno 28]`` before it)."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from ._files import atomic_path
+from ._files import _umask, atomic_path
 from ._progress import interactive
 from ._settings import settings
 
@@ -283,6 +283,7 @@ def _download_files(url: str, base: str, target: Path, manifest: Path, digest: s
                 "their directory as `checkpoint=`."
             )
     if served:
+        os.chmod(manifest, 0o666 & ~_umask())  # mkstemp made it 0600: a shared cache must stay readable to others
         os.replace(manifest, target / MANIFEST)
     try:
         _check_pin(target, digest, url)

@@ -65,9 +65,10 @@ class Settings:
 
     def __init__(self) -> None:
         self._device: str = "auto"
-        self.batch_size: int = 64
-        self.max_batch_tokens: int = 32_768
-        self._cachedir = Path(os.environ.get("BIOMJEPA_CACHE", Path.home() / ".cache" / "biomjepa"))
+        self._batch_size: int = 64
+        self._max_batch_tokens: int = 32_768
+        # an empty $BIOMJEPA_CACHE is unset (as POSIX tools read empty variables), not the working directory
+        self._cachedir = Path(os.environ.get("BIOMJEPA_CACHE") or Path.home() / ".cache" / "biomjepa").expanduser()
         self.checkpoint: str = "biomjepa-mini"
         self._verbosity: int = 1
         self._download_timeout: float = 1800.0
@@ -82,12 +83,45 @@ class Settings:
     def device(self, value: str) -> None:
         self._device = check_device(value, "bj.settings.device")
 
+    def __setattr__(self, name: str, value) -> None:
+        """Refuse a name that is no setting (``bj.settings.cache_dir = ...`` would otherwise do nothing)."""
+        if not name.startswith("_") and not hasattr(type(self), name) and name not in self.__dict__ \
+                and self.__dict__.get("_sealed"):
+            import difflib
+
+            known = sorted({n for n in dir(type(self)) if not n.startswith("_") and n != "show_progress"}
+                           | {n for n in self.__dict__ if not n.startswith("_")})
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) or [
+                k for k in known if k.replace("_", "") == name.replace("_", "")]
+            hint = f"Did you mean `bj.settings.{close[0]}`? " if close else ""
+            raise AttributeError(f"bj.settings has no setting {name!r}: {hint}The settings are {known}.")
+        super().__setattr__(name, value)
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        self._batch_size = _positive_int("bj.settings.batch_size", value, "cells per forward pass, e.g. 64")
+
+    @property
+    def max_batch_tokens(self) -> int:
+        return self._max_batch_tokens
+
+    @max_batch_tokens.setter
+    def max_batch_tokens(self, value: int) -> None:
+        self._max_batch_tokens = _positive_int("bj.settings.max_batch_tokens", value, "tokens per batch, e.g. 32768")
+
     @property
     def cachedir(self) -> Path:
         return self._cachedir
 
     @cachedir.setter
     def cachedir(self, value: str | os.PathLike) -> None:
+        if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+            raise ValueError(f"bj.settings.cachedir must be a directory path, got {value!r} (an empty path would put "
+                             "downloads in the working directory).")
         self._cachedir = Path(value).expanduser()
 
     @property
@@ -157,7 +191,15 @@ class Settings:
         )
 
 
+def _positive_int(name: str, value, what: str) -> int:
+    """``value`` as an integer >= 1, or a ValueError naming the setting (``-1``, ``0.5``, ``"8k"`` are refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer ({what}), got {value!r}.")
+    return int(value)
+
+
 settings = Settings()
+settings._sealed = True  # from here on an unknown setting's name is refused (Settings.__setattr__)
 
 
 def _cpu_cores() -> int:

@@ -113,10 +113,11 @@ def write_manifest(path: str | os.PathLike, files: list[str] | None = None) -> s
 
 
 def read_manifest(text: str, where: str = MANIFEST) -> dict[str, str]:
-    """``{file name: sha256}`` of a manifest's text; plain file names only (no paths)."""
+    """``{file name: sha256}`` of a manifest's text; plain file names only (no paths). Lines are those of
+    ``sha256sum``: ``HEX  NAME``, or ``HEX *NAME`` as ``sha256sum -b`` (binary mode) writes them."""
     out = {}
     for line in text.splitlines():
-        m = re.fullmatch(r"([0-9a-f]{64})  ([^/\\]+)", line)
+        m = re.fullmatch(r"([0-9a-f]{64}) [ *]([^/\\]+)", line)
         if m is None or m.group(2) in (".", "..") or m.group(2) in out:
             raise CheckpointError(f"{where} is not a valid checkpoint manifest (line {line[:100]!r}); the checkpoint is damaged.")
         out[m.group(2)] = m.group(1)

@@ -163,7 +163,9 @@ def resolve_reps(adata: AnnData, use_reps: Sequence[str] | str, baselines: Seque
     ``use_reps`` keys come first, then the baseline keys not already among them. Every argument and every
     ``use_reps`` key (unless a requested baseline writes it) is checked before any baseline is computed.
     """
-    reps = [use_reps] if isinstance(use_reps, str) else list(use_reps)
+    from .._checks import check_keys
+
+    reps = check_keys("use_reps", use_reps)
     names = check_baselines(adata, baselines or [], batch_key=baseline_kwargs.get("batch_key"))
     if not reps and not names:
         raise ValueError("Nothing to score: `use_reps` is empty and no `baselines` were requested.")

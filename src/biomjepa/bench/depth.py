@@ -81,11 +81,11 @@ def depth_robustness(
     full-depth cell is their own copy) and ``relative_shift`` (median over cells of the distance to the
     own full-depth copy divided by the full-depth cell's median distance to the other full-depth cells).
     """
-    from .._checks import check_adata
+    from .._checks import check_adata, check_keys
     from ..data.tokenize import check_counts
 
     check_adata(adata)
-    reps = [use_reps] if isinstance(use_reps, str) else list(use_reps)
+    reps = check_keys("use_reps", use_reps)
     if not reps:
         raise ValueError("Nothing to score: `use_reps` is empty.")
     fracs = _check_fractions(fractions)

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import argparse
 
-from .types import BATCH_SIZE_HELP, CHECKPOINT_HELP, DEVICE_HELP, EPILOG, h5ad_file, output_file, positive_int
+from .types import (
+    BATCH_SIZE_HELP,
+    CHECKPOINT_HELP,
+    DEVICE_HELP,
+    EPILOG,
+    GENE_FLAGS,
+    h5ad_file,
+    output_file,
+    positive_int,
+)
 
 
 def add_embed_parser(subparsers) -> argparse.ArgumentParser:
@@ -52,7 +61,7 @@ EMBED_FLAGS = {"or layer=, not both": "or --layer, not both", "input='lognorm'":
                "Pass use_raw=False": "Drop --use-raw", "pass use_raw=False": "drop --use-raw",
                ", after mapping its genes with `bj.pp.map_vocab(adata, use_raw=True)`": "",
                "`bj.pp.map_vocab(adata, use_raw=True)`": "--use-raw", "use_raw=True": "--use-raw",
-               "`layer=`": "--layer", "layer=": "--layer "}
+               "`layer=`": "--layer", "layer=": "--layer ", **GENE_FLAGS}
 
 
 def run_embed(args: argparse.Namespace) -> None:

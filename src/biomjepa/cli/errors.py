@@ -21,10 +21,15 @@ RUNTIME_ERRORS = (ValueError, KeyError, TypeError, RuntimeError, OSError)
 
 def error_message(err: BaseException, flags: Mapping[str, str] | None = None) -> str:
     """The text of ``err`` for a command's user: a ``KeyError``'s message unquoted, Python argument
-    names replaced by the command's options (``flags``; a phrase starting with ``^`` only at the start)."""
+    names replaced by the command's options (``flags``; a phrase starting with ``^`` only at the start, one
+    starting with ``~`` a regular expression whose flag may refer to its groups, ``\\1``)."""
+    import re
+
     message = str(err.args[0] if isinstance(err, KeyError) and err.args else err)
     for phrase, flag in (flags or {}).items():
-        if phrase.startswith("^"):
+        if phrase.startswith("~"):
+            message = re.sub(phrase[1:], flag, message)
+        elif phrase.startswith("^"):
             message = flag + message[len(phrase) - 1 :] if message.startswith(phrase[1:]) else message
         else:
             message = message.replace(phrase, flag)

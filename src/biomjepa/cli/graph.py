@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .types import corpus_file, existing_file, non_negative_int, output_dir, positive_int
+from .types import GENE_FLAGS, corpus_file, existing_file, non_negative_int, output_dir, positive_int
 
 DESCRIPTION = """\
 Build the gene graph of BioM-JEPA pretraining for a corpus of .h5ad files of raw counts: STRING v12
@@ -75,7 +75,8 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
 
 
 #: the library's argument names in messages -> this command's options
-GRAPH_FLAGS = {"`layer=`": "--layer", "layer=": "--layer ", "gene_key=": "--gene-key ", "`gene_key=`": "--gene-key"}
+GRAPH_FLAGS = {"`layer=`": "--layer", "layer=": "--layer ", **GENE_FLAGS,
+               r"~(?:[Ss]et )?`corpus(?:\[\d+\])?\.layer: NAME`": "pass --layer NAME"}
 
 
 def run_graph(args: argparse.Namespace) -> dict[str, Path]:

@@ -13,17 +13,34 @@ BATCH_SIZE_HELP = "cells per forward pass (default: bj.settings.batch_size, 64)"
 DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N; CUDA without CUDA is an error (default: auto)"
 EPILOG = "exit codes: 0 success, 1 error while running (message on stderr), 2 usage error (bad arguments, missing files)"
 
+#: The gene-mapping phrases of the library's messages (``bj.pp.map_vocab``, corpus preparation) -> the options
+#: of every command that maps genes (``embed``, ``embed --store``, ``graph``): the fix in flags, not Python.
+GENE_FLAGS = {'pass species="mouse"': "pass --species mouse", 'species="mouse"': "--species mouse",
+              'pass id_type="entrez"': "pass --id-type entrez", 'id_type="entrez"': "--id-type entrez",
+              "Pass `gene_key=`": "Pass --gene-key", "`gene_key=`": "--gene-key", "gene_key= ": "--gene-key COLUMN ",
+              "gene_key=": "--gene-key ", "species='": "--species '", "(gene_key=, species=)": "(--gene-key, --species)",
+              r"~(?:[Ss]et )?`corpus(?:\[\d+\])?\.species: (\w+)`": r"pass --species \1",
+              r"~(?:[Ss]et )?`corpus(?:\[\d+\])?\.id_type: (\w+)`": r"pass --id-type \1",
+              r"~(?:[Ss]et )?`corpus(?:\[\d+\])?\.gene_key: COLUMN`": "pass --gene-key COLUMN",
+              r"~(?:[Ss]et )?`corpus: \[\{path: [^,]*, species: (\w+)\}\]`": r"pass --species \1",
+              r"~(?:[Ss]et )?`corpus: \[\{path: [^,]*, gene_key: COLUMN\}\]`": "pass --gene-key COLUMN"}
+
 #: Pretraining presets accepted by ``biomjepa train`` in place of a YAML file (= ``train.config.PRESETS``).
 TRAIN_PRESETS = ("tiny", "mini", "base")
 
 
 def existing_file(value: str) -> str:
-    """An existing, readable file (not a directory); otherwise an ``argparse`` error naming the path."""
+    """An existing, readable regular file (not a directory, a device or a pipe); otherwise an ``argparse``
+    error naming the path."""
+    from .._files import special_kind
+
     path = Path(value).expanduser()
     if not path.exists():
         raise argparse.ArgumentTypeError(f"no such file: {value!r}")
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"not a file: {value!r}" + (" (a directory)" if path.is_dir() else ""))
+    kind = special_kind(path)
+    if kind is not None:
+        raise argparse.ArgumentTypeError(f"{value!r} is {kind}, not a regular file; give the path of a file on disk"
+                                         + (f", e.g. {value.rstrip('/')}/FILE" if path.is_dir() else ""))
     try:
         with open(path, "rb"):
             pass
@@ -32,14 +49,27 @@ def existing_file(value: str) -> str:
     return str(path)
 
 
-def output_file(value: str) -> str:
-    """A file that can be written: not a directory, in an existing writable directory, and not a
-    read-only file; checked before any work so a long run never fails at its last step."""
+def output_file(value: str, suffix: str = ".h5ad") -> str:
+    """A regular ``suffix`` file that can be written: named ``*{suffix}``, not an existing directory, device,
+    FIFO or socket (nor a link to one), in an existing writable directory, and not a read-only file; checked
+    before any work so a long run never fails at its last step nor replaces ``/dev/null``."""
     import os
+
+    from .._files import check_regular_target
 
     path = Path(value).expanduser()
     if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{value!r} is a directory; give the output file's name, e.g. {value}/out.h5ad")
+        raise argparse.ArgumentTypeError(f"{value!r} is a directory; give the output file's name, e.g. {value}/out{suffix}")
+    try:
+        check_regular_target(path, what="OUTPUT")
+    except OSError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if not path.name.lower().endswith(suffix):
+        stem = path.name.rsplit(".", 1)[0] if "." in path.name.lstrip(".") else path.name
+        raise argparse.ArgumentTypeError(
+            f"OUTPUT {value!r} does not end in {suffix}: the file written is an AnnData {suffix} (HDF5), whatever "
+            f"its name. Name it {str(path.with_name(stem + suffix))!r} (zarr: `biomjepa embed IN... --store OUT.zarr`; "
+            "CSV: read the .h5ad and write obsm['X_biomjepa'] yourself)")
     link = f" (a link to {str(path.resolve())!r}, written through)" if path.is_symlink() else ""
     path = path.resolve() if link else path  # the link stays; its target is replaced
     parent = path.parent if str(path.parent) else Path(".")

@@ -5,6 +5,9 @@ between cells (:func:`sum_message`) or when the pseudo-counts are not integers (
 Several different mistakes look alike at that point; these functions tell them apart from the values
 themselves (a second log base, an empty cell, no normalization, groups normalized apart, library sizes
 counted over other genes) so the error says what happened and what to run, only when it is refused.
+The thresholds of those checks and the two tests they share with the messages (:func:`smallest_nonzero`,
+:func:`first_non_integer`) live here too, so this module imports nothing of :mod:`~biomjepa.data.lognorm`
+(no import circle).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
-from .lognorm import SUM_TOL, _first_non_integer, _smallest_nonzero
+INTEGER_TOL = 0.01  # |c - round(c)| allowed (float32 log values carry ~1e-6 relative error)
+INTEGER_SHARE = 0.99  # share of a cell's values that must be integers (after the library size)
+SUM_TOL = 1e-3  # relative spread allowed between cells' expm1 row sums (one target sum T)
 
 _MAX_GROUPS = 10  # distinct target sums still read as "groups normalized separately"
 
@@ -68,7 +73,7 @@ def integer_message(
     """The error for block row ``cell`` whose pseudo-counts ``expm1 · library / T`` are not integers."""
     at = rows.start + cell
     row = E[cell]
-    if key is not None and _first_non_integer(row / _smallest_nonzero(row)[0]) is None:
+    if key is not None and first_non_integer(row / smallest_nonzero(row)[0]) is None:
         ratio = library[cell] / estimate[cell]
         why = (
             "more than the matrix's genes hold, so it also counts genes that are not in the matrix: it was "
@@ -125,6 +130,26 @@ def _smallest_count(row: sparse.csr_matrix, up_to: int = 9) -> int | None:
     """The smallest ``k ≤ up_to`` with ``k · row / min(row)`` integer (the cell's smallest count), else ``None``."""
     unit = row.data.min()
     for k in range(2, up_to + 1):
-        if _first_non_integer(row * (k / unit)) is None:
+        if first_non_integer(row * (k / unit)) is None:
             return k
     return None
+
+
+def smallest_nonzero(E: sparse.csr_matrix) -> np.ndarray:
+    """Per row, the smallest stored value (``inf`` for an empty row)."""
+    out = np.full(E.shape[0], np.inf)
+    has = np.diff(E.indptr) > 0
+    out[has] = np.minimum.reduceat(E.data, E.indptr[:-1][has])
+    return out
+
+
+def first_non_integer(C: sparse.csr_matrix) -> int | None:
+    """The first row of ``C`` whose stored values are not integers in more than ``1 - INTEGER_SHARE`` of places."""
+    if C.data.size == 0:
+        return None
+    off = (np.abs(C.data - np.rint(C.data)) > INTEGER_TOL).astype(np.int64)
+    lengths = np.diff(C.indptr)
+    cells = np.flatnonzero(lengths > 0)
+    share_off = np.add.reduceat(off, C.indptr[cells]) / lengths[cells]
+    bad = share_off > 1 - INTEGER_SHARE
+    return int(cells[np.argmax(bad)]) if bad.any() else None

@@ -137,8 +137,9 @@ def write_joint_obsm(data, mod: str | None, key: str, values: np.ndarray) -> Non
     data.obsm[key] = out
 
 
-def token_column(adata, key: str = TOKEN_KEY) -> np.ndarray:
-    """The ``var`` vocabulary-index column written by :func:`biomjepa.pp.map_vocab` (``.raw.var`` for :class:`RawCounts`)."""
+def token_column(adata, key: str = TOKEN_KEY, vocab_size: int | None = None) -> np.ndarray:
+    """The ``var`` vocabulary-index column written by :func:`biomjepa.pp.map_vocab` (``.raw.var`` for :class:`RawCounts`),
+    checked: integers, at least one gene mapped, none past the vocabulary (``vocab_size``, default the bundled one's)."""
     if key not in adata.var:
         if isinstance(adata, RawCounts):
             hint = " (adata.var has it: pass use_raw=False to read X)" if key in adata._adata.var else ""
@@ -156,4 +157,56 @@ def token_column(adata, key: str = TOKEN_KEY) -> np.ndarray:
         raise TypeError(f".var[{key!r}] must hold integer vocabulary indices; rerun `bj.pp.map_vocab`.")
     if (token >= 0).sum() == 0:
         raise ValueError(f".var[{key!r}] maps no gene to the vocabulary; check `bj.pp.map_vocab`'s report.")
+    if vocab_size is None:
+        from .vocab import Vocab
+
+        vocab_size = Vocab.default().size
+    if token.max() >= vocab_size or token.min() < -1:
+        bad = int(((token >= vocab_size) | (token < -1)).sum())
+        raise ValueError(f".var[{key!r}] holds {bad} value(s) outside the vocabulary's indices (-1 = unmapped, 0.."
+                         f"{vocab_size - 1}; found {int(token.min())}..{int(token.max())}): it was not written by "
+                         "`bj.pp.map_vocab` for this vocabulary. Run `bj.pp.map_vocab(adata)` again.")
     return token.astype(np.int64)
+
+
+def check_report_current(adata, token: np.ndarray, token_key: str = TOKEN_KEY) -> None:
+    """Warn when the genes of ``adata`` changed after :func:`biomjepa.pp.map_vocab` wrote its report (``adata[:, hvg]``, a
+    concatenation): ``uns["biomjepa"]["vocab"]`` then describes other genes, and a subset that became a gene panel
+    would otherwise go without the panel warning. ``token``: the ``var`` column the tool reads now."""
+    from .._keys import UNS_KEY
+
+    report = adata.uns.get(UNS_KEY, {}).get("vocab") if hasattr(adata, "uns") else None
+    if not isinstance(report, dict) or "n_vars" not in report:
+        return
+    if report.get("params", {}).get("key_added", TOKEN_KEY) != token_key or report["n_vars"] == len(token):
+        return
+    import warnings
+
+    from .vocab import PANEL_COVERAGE, Vocab, warn_panel
+
+    n_tokens = int(np.unique(token[token >= 0]).size)
+    coverage = n_tokens / Vocab.default().size
+    level = user_stacklevel()
+    warnings.warn(
+        f"The genes changed after `bj.pp.map_vocab`: it mapped {report['n_vars']:,} genes ({report.get('n_tokens', 0):,} "
+        f"tokens, vocab_coverage={report.get('vocab_coverage', float('nan')):.3f}), the data now hold {len(token):,} "
+        f"({n_tokens:,} tokens, vocab_coverage={coverage:.3f}), so uns['biomjepa']['vocab'] describes other genes. "
+        "Run `bj.pp.map_vocab(adata)` again on the data as they are now.",
+        UserWarning,
+        stacklevel=level,
+    )
+    if coverage < PANEL_COVERAGE <= report.get("vocab_coverage", 0.0):
+        warn_panel(n_tokens, coverage, stacklevel=level)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by this function's caller point at the first frame outside
+    biomjepa (the user's line), however deep inside the package it is raised."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .._files import special_kind
+
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _CONVERT = ("convert it first, e.g. `anndata.read_csv(...)` / `scanpy.read_10x_mtx(...)` / `scanpy.read_10x_h5(...)` "
             "then `.write_h5ad('data.h5ad')`")
@@ -27,7 +29,7 @@ def check_h5ad_file(path: str | os.PathLike, *, what: str = "", allow_npz: bool 
     FileNotFoundError, IsADirectoryError, PermissionError
         No such file; a directory (with the glob that names its files); a file that cannot be read.
     ValueError
-        An empty file, a text file (CSV, TSV, MTX) or any other file without an HDF5 signature.
+        A device, FIFO or socket (``/dev/stdin``); an empty file, a text file (CSV, TSV, MTX) or any other file without an HDF5 signature.
     """
     p = Path(path).expanduser()
     name = f"{what}{path}" if what else repr(str(path))
@@ -35,6 +37,10 @@ def check_h5ad_file(path: str | os.PathLike, *, what: str = "", allow_npz: bool 
         raise FileNotFoundError(f"{name} does not exist (no such file)" if what else f"no such file: {name}")
     if p.is_dir():
         raise IsADirectoryError(f"{name} is a directory, not a file; name its files, e.g. '{str(path).rstrip('/')}/*.h5ad'")
+    kind = special_kind(p)
+    if kind is not None:  # /dev/stdin, a FIFO, a device: HDF5 is read by seeking, which they cannot do
+        raise ValueError(f"{name} is {kind}, not a regular file: an .h5ad is read by seeking back and forth, which "
+                         "a pipe or a device cannot do. Save it to a file first (e.g. `cat > in.h5ad`) and name that.")
     try:
         with open(p, "rb") as f:
             head = f.read(512)

@@ -4,7 +4,7 @@ Pure array code: no AnnData here. :func:`biomjepa.pp.map_vocab` is the AnnData-l
 
 Rules, applied per identifier by its own kind:
 
-* Ensembl (``ENSG\\d+``, version suffix ``.12`` stripped) → bundled Ensembl table.
+* Ensembl (``ENSG\\d+`` in any case, version suffix ``.12`` stripped) → bundled Ensembl table.
 * All-digit names are ambiguous: Entrez ids, or integer labels left over from an export (a subset
   of ``'1'…'n'`` looks just like Entrez ids). They stay unmapped (kind ``"numeric"``) unless the
   caller says ``id_type="entrez"``; then → bundled Entrez table.
@@ -13,6 +13,9 @@ Rules, applied per identifier by its own kind:
   token is already held by an exact official symbol of the same data; else, for a lower- or
   mixed-case name (``tp53``, ``Actb``), the one symbol with the same upper-case form (method
   ``"case"``). Names whose upper-case form is shared by several symbols stay unmapped.
+* R's ``make.names`` spelling (``-`` → ``.``: ``MT.CO1``, ``HLA.A``) of a name that is no symbol as
+  written stays unmapped (mapping it would change what existing embeddings were computed from);
+  :func:`r_names` finds them, so ``bj.pp.map_vocab`` says how many counts they hold and how to map them.
 * Suffixed names (``TP53-1`` from ``var_names_make_unique``, ``ACTB.1`` from R's ``make.unique``)
   are never stripped: they stay unmapped and :func:`suffixed_names` finds them for the report.
 * Non-human species: symbols go through a 1:1 ortholog table to human symbols, then the symbol rules.
@@ -30,7 +33,7 @@ from .vocab import Vocab, id_maps, mouse_orthologs
 
 METHODS = ("official", "alias", "case", "ensembl", "entrez", "ortholog")
 ID_TYPES = ("auto", "entrez")
-_ENSEMBL = r"^ENSG\d+"
+_ENSEMBL = r"^(?i:ENSG)\d+"  # any case: ensg00000141510 (lower-cased ids) is the same gene
 # mouse/rat-style symbols: Capitalised (Gcg, Ins1, Rpl13a), mt- genes, Riken clones, Gm models
 _MOUSE_LIKE = r"^(?:[A-Z][a-z][A-Za-z0-9-]*|mt-[A-Z][a-z0-9]+|\d+[A-Z]\d+Rik|Gm\d+)$"
 
@@ -152,6 +155,18 @@ def resolve_symbols(names: pd.Series, vocab: Vocab) -> tuple[np.ndarray, np.ndar
     return token.astype(np.int64), method
 
 
+def r_names(names: pd.Series, token: np.ndarray, vocab: Vocab | None = None) -> np.ndarray:
+    """bool ``[n]``: unmapped names in R's ``make.names`` spelling of a vocabulary symbol (``MT.CO1`` for
+    ``MT-CO1``, ``HLA.A`` for ``HLA-A``: R writes ``-`` as ``.``)."""
+    names = clean_names(names)
+    vocab = vocab or Vocab.default()
+    dotted = (np.asarray(token) < 0) & names.str.contains(".", regex=False).to_numpy() & (classify(names) == "symbol")
+    out = np.zeros(len(names), dtype=bool)
+    if dotted.any():
+        out[np.flatnonzero(dotted)[vocab.index_of(names[dotted].str.replace(".", "-", regex=False)) >= 0]] = True
+    return out
+
+
 _SUFFIX = r"^(.+?)(?:-|\.)(\d+)$"
 
 
@@ -215,7 +230,7 @@ def resolve_identifiers(
     maps = id_maps()
 
     ens = kind == "ensembl"
-    token[ens] = maps["ensembl"].lookup(names[ens].str.replace(r"\..*$", "", regex=True))
+    token[ens] = maps["ensembl"].lookup(names[ens].str.replace(r"\..*$", "", regex=True).str.upper())
     ent = kind == "entrez"
     token[ent] = maps["entrez"].lookup(names[ent])
     method[(ens | ent) & (token >= 0)] = kind[(ens | ent) & (token >= 0)]

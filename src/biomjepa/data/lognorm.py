@@ -18,11 +18,19 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
+from ._lognorm_messages import (
+    INTEGER_SHARE,
+    INTEGER_TOL,
+    SUM_TOL,
+    first_non_integer,
+    integer_message,
+    smallest_nonzero,
+    sum_message,
+)
 from .backends import materialize
 
-INTEGER_TOL = 0.01  # |c - round(c)| allowed (float32 log values carry ~1e-6 relative error)
-INTEGER_SHARE = 0.99  # share of a cell's values that must be integers (after the library size)
-SUM_TOL = 1e-3  # relative spread allowed between cells' expm1 row sums (one target sum T)
+__all__ = ["INTEGER_SHARE", "INTEGER_TOL", "SUM_TOL", "LogNormalized", "estimate_warning"]
+
 
 
 class LogNormalized:
@@ -69,13 +77,11 @@ class LogNormalized:
         E = _expm1(block, where)
         sums = np.asarray(E.sum(axis=1)).ravel()
         T = self._target_sum(E, sums, rows, where)
-        estimate = T / _smallest_nonzero(E)
+        estimate = T / smallest_nonzero(E)
         library = estimate if self._library is None else self._library[rows]
         C = (sparse.diags(library / T) @ E).tocsr()
-        cell = _first_non_integer(C)
+        cell = first_non_integer(C)
         if cell is not None:
-            from ._lognorm_messages import integer_message
-
             raise ValueError(integer_message(E, T, library, estimate, cell, rows, where, self._library_key))
         C.data = np.rint(C.data)  # the counts themselves: tokens then equal those of the raw counts
         C.eliminate_zeros()
@@ -87,8 +93,6 @@ class LogNormalized:
         T = self.target_sum
         bad = np.flatnonzero(np.abs(sums - T) > SUM_TOL * T) if T else np.arange(len(sums))
         if len(bad):
-            from ._lognorm_messages import sum_message
-
             raise ValueError(sum_message(E, sums, T, bad, rows, where))
         return T
 
@@ -146,23 +150,3 @@ def _expm1(block, where: str) -> sparse.csr_matrix:
     X.data = np.expm1(X.data)
     X.eliminate_zeros()
     return X
-
-
-def _smallest_nonzero(E: sparse.csr_matrix) -> np.ndarray:
-    """Per row, the smallest stored value (``inf`` for an empty row)."""
-    out = np.full(E.shape[0], np.inf)
-    has = np.diff(E.indptr) > 0
-    out[has] = np.minimum.reduceat(E.data, E.indptr[:-1][has])
-    return out
-
-
-def _first_non_integer(C: sparse.csr_matrix) -> int | None:
-    """The first row of ``C`` whose stored values are not integers in more than ``1 - INTEGER_SHARE`` of places."""
-    if C.data.size == 0:
-        return None
-    off = (np.abs(C.data - np.rint(C.data)) > INTEGER_TOL).astype(np.int64)
-    lengths = np.diff(C.indptr)
-    cells = np.flatnonzero(lengths > 0)
-    share_off = np.add.reduceat(off, C.indptr[cells]) / lengths[cells]
-    bad = share_off > 1 - INTEGER_SHARE
-    return int(cells[np.argmax(bad)]) if bad.any() else None

@@ -79,6 +79,71 @@ def _specs(corpus) -> list[dict]:
 SUFFIXES = (".h5ad", ".npz")
 
 
+def _listed(corpus, where: str) -> tuple[list[dict], list[tuple]]:
+    """:func:`_specs` of ``corpus`` and, per spec, the entry it came from ``(where, index or None, path)``, so
+    that errors name the entry in the caller's words (``data.corpus[2]``). A corpus of another type (``5``),
+    an entry of another type and a file named by two entries (trained on twice) are refused."""
+    if isinstance(corpus, (str, os.PathLike, dict)):
+        items, index = [corpus], [None]
+    elif isinstance(corpus, (list, tuple)):
+        items, index = list(corpus), list(range(len(corpus)))
+    else:
+        raise TypeError(f"{where}={corpus!r} ({type(corpus).__name__}): expected an .h5ad/.npz file, a glob, a prepared "
+                        f"cache directory, or a list of files and specs ({{path: FILE, species: mouse, ...}}).")
+    specs, entries, seen = [], [], {}
+    for it, i in zip(items, index):
+        label = where if i is None else f"{where}[{i}]"
+        if not isinstance(it, (str, os.PathLike, dict)) or (isinstance(it, dict) and "path" not in it):
+            raise TypeError(f"{label}={it!r}: expected a file path, a glob, or a spec with a `path` "
+                            "({path: FILE, layer: ..., species: ..., gene_key: ...}).")
+        path = str(it["path"] if isinstance(it, dict) else it)
+        if glob.has_magic(path) and not any(p.endswith(SUFFIXES) for p in glob.glob(path)):
+            continue  # a glob matching nothing adds nothing (an empty corpus is refused below)
+        try:
+            got = _specs([it])
+        except (ValueError, OSError) as err:
+            raise type(err)(f"{label}: {err}") from None
+        for spec in got:  # the same file with the same options twice (not a split by exclude_obs / max_cells)
+            real = json.dumps([os.path.realpath(spec["path"]), {k: v for k, v in spec.items() if k != "path"}],
+                              sort_keys=True, default=str)
+            if real in seen:
+                first = seen[real][0]
+                raise ValueError(f"{first} and {label} both name {spec['path']}: its cells would be trained on twice. "
+                                 "List each file once.")
+            seen[real] = (label, i)
+            specs.append(spec)
+            entries.append((where, i, path))
+    if not specs:
+        raise ValueError(f"Corpus {corpus!r} ({where}) names no .h5ad or .npz file.")
+    return specs, entries
+
+
+def _spec_fix(entry: tuple, key: str, value: str) -> str:
+    """How to set ``key`` of one corpus entry, as a config would say it (``data.corpus[2].species: mouse``)."""
+    where, i, path = entry
+    if i is not None:
+        return f"`{where}[{i}].{key}: {value}`"
+    return f"`{where}: [{{path: {path}, {key}: {value}}}]`"
+
+
+def _in_entry(err: BaseException, spec: dict, entry: tuple) -> str:
+    """The message of an error preparing ``spec``: the file and its entry named, the fix in spec keys (not
+    Python arguments: ``data.corpus[2].species: mouse`` instead of ``species="mouse"``)."""
+    message = str(err.args[0] if isinstance(err, KeyError) and err.args else err)
+    words = {'pass species="mouse"': "set " + _spec_fix(entry, "species", "mouse"),
+             'pass id_type="entrez"': "set " + _spec_fix(entry, "id_type", "entrez"),
+             "Pass `gene_key=`": "Set " + _spec_fix(entry, "gene_key", "COLUMN"),
+             "pass gene_key=": "set " + _spec_fix(entry, "gene_key", "COLUMN"),
+             "Pass `layer=` one of them": "Set " + _spec_fix(entry, "layer", "NAME") + " to one of them"}
+    for python, spec_words in words.items():
+        message = message.replace(python, spec_words)
+    where, i, _ = entry
+    label = where if i is None else f"{where}[{i}]"
+    if "is empty (0 cells" in message:
+        message += f" Remove the file from the corpus ({label})."
+    return f"Corpus file {spec['path']} ({label}): {message}"
+
+
 def _check_corpus_file(path: str) -> None:
     """A corpus file named explicitly: a readable ``.h5ad`` (HDF5) or a prepared ``.npz`` shard; a directory,
     an empty, text or other file is refused naming it (:func:`~biomjepa.data.files.check_h5ad_file`)."""
@@ -157,7 +222,8 @@ def _open_h5ad(path: str):
         ) from err
 
 
-def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | None = None) -> Path:
+def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | None = None, where: str = "corpus",
+                   cache_where: str = "cache_dir") -> Path:
     """Preprocess ``corpus`` once into ``cache_dir`` (reused while the spec and its input files are unchanged).
 
     ``corpus``: a glob, a path, or a list of paths / dicts ``{path, layer=None, species="human",
@@ -170,15 +236,19 @@ def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | No
     (a :class:`Corpus`) holds a shared one, so a run never rewrites the shards under another run:
     it stops with :class:`~biomjepa._files.LockBusy` instead. The calling process keeps a shared
     lock on the cache until it opens it as a :class:`Corpus`, so it cannot change in between.
+
+    ``where`` and ``cache_where`` name ``corpus`` and ``cache_dir`` in errors, in the caller's words
+    (training: ``data.corpus``, ``data.cache_dir``): a file that fails names its entry (``data.corpus[2]``)
+    and the fix as that entry's keys (``data.corpus[2].species: mouse``); a file listed twice, a cache
+    directory that is a file and a disk that fills up are refused in words, not as a raw errno.
     """
     from .vocab import Vocab
 
     vocab = Vocab.default()
     vocab_size = vocab_size or vocab.size
-    specs = _specs(corpus)
+    specs, entries = _listed(corpus, where)
     key = hashlib.sha256(json.dumps([specs, vocab.hash, vocab_size], sort_keys=True).encode()).hexdigest()[:16]
-    cache = Path(cache_dir)
-    cache.mkdir(parents=True, exist_ok=True)
+    cache = _cache_dir(cache_dir, cache_where)
     inputs = _identity(specs)
     with _cache_lock(cache, shared=True):
         stale = _stale(cache, key, inputs)
@@ -189,13 +259,44 @@ def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | No
         stale = _stale(cache, key, inputs)  # another process may have prepared it meanwhile
         if stale is not None:
             logger.info("prepare_corpus: preparing %s (%s)", cache, stale)
-            _write_cache(cache, specs, {"key": key, "vocab_hash": vocab.hash, "vocab_size": vocab_size}, inputs)
+            _write_cache(cache, specs, {"key": key, "vocab_hash": vocab.hash, "vocab_size": vocab_size}, inputs,
+                         entries=entries, cache_where=cache_where)
         _hold(cache)
     return cache
 
 
-def _write_cache(cache: Path, specs: list[dict], meta: dict, inputs: list[dict]) -> None:
-    """Convert every spec into a shard, then write the manifest (under the cache's exclusive lock)."""
+def _cache_dir(cache_dir, cache_where: str) -> Path:
+    """``cache_dir`` as an existing directory (created if missing); a file in its place is refused in words."""
+    cache = Path(cache_dir)
+    if cache.exists() and not cache.is_dir():
+        raise NotADirectoryError(f"{cache_where}={str(cache)!r} is a file, not a directory: the corpus shards are "
+                                 f"written into a directory. Set {cache_where} to a directory (created if missing), "
+                                 "or move the file away.")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise type(err)(f"{cache_where}={str(cache)!r} cannot be created ({err.strerror or err}): set {cache_where} to "
+                        "a directory this process can write.") from None
+    return cache
+
+
+def _write_cache(cache: Path, specs: list[dict], meta: dict, inputs: list[dict], *, entries: list | None = None,
+                 cache_where: str = "cache_dir") -> None:
+    """Convert every spec into a shard, then write the manifest (under the cache's exclusive lock); an error names
+    the file and its entry (:func:`_in_entry`), a full disk says so (:func:`~biomjepa._files.no_space_error`)."""
+    from .._files import no_space_error
+
+    try:
+        _write_shards(cache, specs, meta, inputs, entries or [("corpus", i, s["path"]) for i, s in enumerate(specs)])
+    except OSError as err:
+        full = no_space_error(err, cache, what="the corpus shards",
+                              fix=f"Free space there, or set {cache_where} to a directory on a disk with room.")
+        if full is not None:
+            raise full from err
+        raise
+
+
+def _write_shards(cache: Path, specs: list[dict], meta: dict, inputs: list[dict], entries: list) -> None:
     (cache / MANIFEST).unlink(missing_ok=True)  # a preparation killed part-way leaves no manifest to trust
     shutil.rmtree(cache / "graph", ignore_errors=True)  # the gene graph cached for the old cells
     shards = []
@@ -204,7 +305,10 @@ def _write_cache(cache: Path, specs: list[dict], meta: dict, inputs: list[dict])
             shards.append({"source": spec["path"], "file": str(Path(spec["path"]).resolve())})
             continue
         logger.info("prepare_corpus: %s", spec["path"])
-        shards.append(_convert(spec, cache / f"shard_{i:05d}.npz", meta["vocab_size"]))
+        try:
+            shards.append(_convert(spec, cache / f"shard_{i:05d}.npz", meta["vocab_size"]))
+        except (ValueError, KeyError, TypeError) as err:
+            raise type(err)(_in_entry(err, spec, entries[i])) from err
     changed = _changed(inputs, _identity(specs))
     if changed:
         raise ValueError(f"Corpus file(s) {', '.join(changed)} changed while {cache} was being prepared; "

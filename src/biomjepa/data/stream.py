@@ -38,6 +38,10 @@ CHUNK = 4096
 def count_matrix(adata, layer: str | None = None):
     """``adata.X`` or ``adata.layers[layer]``, with an error naming the layers that exist."""
     if layer is None:
+        if adata.X is None:
+            raw = " or use_raw=True (adata.raw holds a matrix)" if getattr(adata, "raw", None) is not None else ""
+            raise ValueError(f"adata.X is None (this AnnData holds no main matrix): pass `layer=` naming the layer of "
+                             f"raw counts (layers: {list(adata.layers)}){raw}, or set adata.X to the counts.")
         return adata.X
     if layer not in adata.layers:
         raise KeyError(f"Layer {layer!r} not found; available layers: {list(adata.layers)}. Pass `layer=` one of them.")
@@ -126,7 +130,7 @@ def iter_vocab_counts(
     """
     from .vocab import Vocab
 
-    token = token_column(adata, token_key) if token is None else np.asarray(token, dtype=np.int64)
+    token = token_column(adata, token_key, vocab_size) if token is None else np.asarray(token, dtype=np.int64)
     V = vocab_size or Vocab.default().size
     for rows, block in iter_checked_counts(adata, layer=layer, chunk=chunk, start=start, stop=stop, where=where):
         counts, totals = to_vocab_counts(block, token, V)

@@ -147,3 +147,28 @@ def mouse_orthologs() -> pd.Series:
     return pd.Series(
         table["human"].to_numpy(dtype=object), index=pd.Index(table["mouse"].to_numpy(dtype=object))
     )
+
+
+# Below this share of the vocabulary the input is a gene panel (or a gene subset such as HVGs). The files of
+# ../shared/data: whole transcriptomes 0.435 (a filtered 8,863-gene PBMC file) to 0.98; panels 0.013
+# (Papalexi, 299 genes), 0.023 (Norman, 500) and 0.128 (Kang 2018, 2,511).
+PANEL_COVERAGE = 0.25
+
+
+def warn_panel(n_tokens: int, coverage: float, *, stacklevel: int = 2) -> None:
+    """The UserWarning for data that measure ``n_tokens`` vocabulary genes (``coverage`` of the vocabulary, below
+    :data:`PANEL_COVERAGE`): what a gene panel does to the library size and the values the model sees."""
+    import warnings
+
+    warnings.warn(
+        f"The input measures only {n_tokens:,} of the {Vocab.default().size:,} vocabulary genes "
+        f"(vocab_coverage={coverage:.3f} < {PANEL_COVERAGE}): a gene panel or a subset of genes "
+        "(e.g. highly variable genes), while the model was pretrained on whole transcriptomes. Each cell's "
+        "library size is then the total of the panel's counts only, so the library-size token and every "
+        "value log1p(1e4 · count / library) differ from what whole-transcriptome counts of the same cell "
+        "give: embeddings of panel data are not comparable with whole-transcriptome ones and may be poor. "
+        "If these genes were selected from a larger matrix, map and embed the full counts instead (all "
+        "genes, e.g. from `adata.raw` or the unfiltered file).",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )

@@ -13,8 +13,8 @@ from scipy import sparse
 
 from .._keys import TOKEN_KEY, UNS_KEY
 from ..data.anndata_source import RawCounts, counts_view, get_modality
-from ..data.idtable import Resolution, map_var, mouse_like_fraction, suffixed_names
-from ..data.vocab import Vocab
+from ..data.idtable import Resolution, map_var, mouse_like_fraction, r_names, suffixed_names
+from ..data.vocab import PANEL_COVERAGE, Vocab, warn_panel
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -22,10 +22,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOW_COUNT_FRACTION = 0.5
-# Below this share of the vocabulary the input is a gene panel (or a gene subset such as HVGs). The files of
-# ../shared/data: whole transcriptomes 0.435 (a filtered 8,863-gene PBMC file) to 0.98; panels 0.013
-# (Papalexi, 299 genes), 0.023 (Norman, 500) and 0.128 (Kang 2018, 2,511).
-PANEL_COVERAGE = 0.25
 ROW_CHUNK = 8192
 
 
@@ -157,6 +153,7 @@ def _report(adata, names: pd.Series, res: Resolution, *, layer: str | None, spec
     n_tokens = int((hits > 0).sum())
     suffixed = suffixed_names(names, token, vocab) if species == "human" else np.zeros(len(names), bool)
     case = res.method == "case"
+    dotted = r_names(names, token, vocab) if species == "human" else np.zeros(len(names), bool)
     symbol_unmapped = ~mapped & (res.kind == "symbol")
     return {
         "n_vars": len(token),
@@ -173,6 +170,9 @@ def _report(adata, names: pd.Series, res: Resolution, *, layer: str | None, spec
         "vocab_hash": vocab.hash,
         "methods": res.method_counts(),
         "case_examples": [f"{n} → {vocab.symbols[t]}" for n, t in zip(names[case][:5], token[case][:5])],
+        "n_r_names_unmapped": int(dotted.sum()),
+        "r_names_examples": names[dotted][:10].tolist(),
+        "r_names_count_fraction": count_fraction(_matrix(adata, layer), dotted) if dotted.any() else 0.0,
         "n_case_ambiguous": int((symbol_unmapped & vocab.upper_ambiguous(names)).sum()),
         "n_suffixed_unmapped": int(suffixed.sum()),
         "suffixed_examples": names[suffixed][:10].tolist(),
@@ -218,25 +218,24 @@ def _log_report(report: dict, *, mouse_like: bool = False) -> None:
         )
 
 
-def _warn_panel(report: dict) -> None:
+def _warn_panel(report: dict, stacklevel: int = 4) -> None:
     """A gene panel: say what it does to the library size and the values the model sees."""
-    if report["vocab_coverage"] >= PANEL_COVERAGE:
-        return
-    warnings.warn(
-        f"The input measures only {report['n_tokens']:,} of the {Vocab.default().size:,} vocabulary genes "
-        f"(vocab_coverage={report['vocab_coverage']:.3f} < {PANEL_COVERAGE}): a gene panel or a subset of genes "
-        "(e.g. highly variable genes), while the model was pretrained on whole transcriptomes. Each cell's "
-        "library size is then the total of the panel's counts only, so the library-size token and every "
-        "value log1p(1e4 · count / library) differ from what whole-transcriptome counts of the same cell "
-        "give: embeddings of panel data are not comparable with whole-transcriptome ones and may be poor. "
-        "If these genes were selected from a larger matrix, map and embed the full counts instead (all "
-        "genes, e.g. from `adata.raw` or the unfiltered file).",
-        UserWarning,
-        stacklevel=4,
-    )
+    if report["vocab_coverage"] < PANEL_COVERAGE:
+        warn_panel(report["n_tokens"], report["vocab_coverage"], stacklevel=stacklevel)
 
 
 def _warn_case_and_suffixes(report: dict, mouse_like: bool) -> None:
+    if report["n_r_names_unmapped"]:
+        share = report["r_names_count_fraction"]
+        warnings.warn(
+            f"{report['n_r_names_unmapped']} gene names are R's make.names spelling of vocabulary symbols ('-' written "
+            f"'.', e.g. {report['r_names_examples'][:5]}) and were left unmapped, with "
+            f"{share:.1%} of the counts. To map them, give their symbols in a var column: "
+            "`adata.var['symbol'] = adata.var_names.str.replace('.', '-', regex=False)`, then "
+            "`bj.pp.map_vocab(adata, gene_key='symbol')`.",
+            UserWarning,
+            stacklevel=4,
+        )
     n_case = report["methods"]["case"]
     if n_case:
         msg = (

@@ -77,12 +77,19 @@ def random_pairs(
 
 
 def _check_finite(X: np.ndarray, use_rep: str) -> None:
-    """Refuse a representation with NaN/Inf (one such row would skew every mean it enters), as ``bench`` does."""
+    """Refuse a representation with NaN/Inf (one such row would skew every mean it enters), as ``bench`` does,
+    and a constant one: every shift is then zero and each cosine 0/0, which no number stands for."""
     bad = ~np.isfinite(X).all(axis=1) if X.ndim == 2 else np.ones(1, dtype=bool)
     if X.ndim != 2 or bad.any():
         raise ValueError(
             f"obsm[{use_rep!r}] must be a finite 2-D array; {int(bad.sum())} row(s) hold NaN or Inf (first rows "
             f"{np.flatnonzero(bad)[:5].tolist()}). Recompute the representation, or subset to finite cells first."
+        )
+    if len(X) and (X[0] == X).all():
+        raise ValueError(
+            f"obsm[{use_rep!r}] is the same vector for every cell (a constant representation): every shift from the "
+            "controls is zero and every cosine 0/0, undefined. Check how it was computed (e.g. an untrained or "
+            "collapsed model), or pass `use_rep=` another representation."
         )
 
 

@@ -55,8 +55,14 @@ def mapped_modality(adata, mod: str | None, token_key: str = TOKEN_KEY):
             f"MuData modality {name!r} has no .var[{token_key!r}]. Run `bj.pp.map_vocab(mdata, mod={name!r})` "
             f"first.{hint}"
         )
-    token_column(target, token_key)
+    _current(target, token_column(target, token_key), token_key)
     return target
+
+
+def _current(adata, token: np.ndarray, token_key: str) -> None:
+    from ..data.anndata_source import check_report_current
+
+    check_report_current(adata, token, token_key)
 
 
 def mapped_source(
@@ -81,7 +87,7 @@ def mapped_source(
     target = get_modality(adata, mod)
     source = counts_view(target, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
     if use_raw:
-        token_column(source, token_key)
+        _current(target, token_column(source, token_key), token_key)
     else:
         mapped_modality(adata, mod, token_key)  # its errors name the MuData modalities that are mapped
     return target, source

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from .config_values import REMOVED_KEYS, check_ranges, coerce, load_yaml
+from .config_values import REMOVED_KEYS, check_places, check_ranges, coerce, load_yaml
 from .sections import (
     FLAT,
     SECTIONS,
@@ -72,6 +72,7 @@ class TrainConfig:
             if not isinstance(getattr(self, name), kind):
                 raise TypeError(f"TrainConfig.{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}.")
         check_ranges(self.flat())
+        check_places(self.run.run_name, self.data.corpus)
         t = self.teacher
         if t.cell_centre and t.cell_centre_depth:
             raise ValueError("teacher.cell_centre and teacher.cell_centre_depth exclude each other: the first removes the "

@@ -60,6 +60,38 @@ def check_ranges(cfg: dict) -> None:
                          "to min_lr.")
 
 
+def check_places(run_name, corpus) -> None:
+    """``run.run_name`` a name inside ``run.out_dir`` (not absolute, no ``..``: the run would be written
+    elsewhere), and ``data.corpus`` of a type a corpus can be (a path, a glob, a spec, or a list of them):
+    ``data.corpus: 5`` is refused here, in the config's words, not as Python's "not iterable"."""
+    import os
+    from pathlib import PurePath
+
+    if run_name is not None:
+        parts = PurePath(run_name).parts
+        if not str(run_name).strip() or PurePath(run_name).is_absolute() or ".." in parts or str(run_name).startswith("~"):
+            raise ValueError(f"run.run_name={run_name!r} must name a directory inside run.out_dir (e.g. run_name: "
+                             "mouse-v2): an absolute path, '~' or '..' would put the run elsewhere. To write the run "
+                             "somewhere else, set run.out_dir to that directory.")
+    if corpus is None or isinstance(corpus, (str, os.PathLike)):
+        return
+    if isinstance(corpus, dict):
+        entries = [("data.corpus", corpus)]
+    elif isinstance(corpus, (list, tuple)):
+        entries = [(f"data.corpus[{i}]", e) for i, e in enumerate(corpus)]
+        if not entries:
+            raise ValueError("data.corpus is an empty list: give h5ad/npz files, a glob, or a prepared cache.")
+    else:
+        raise ValueError(f"data.corpus={corpus!r} ({type(corpus).__name__}): expected an .h5ad/.npz file, a glob "
+                         "('data/*.h5ad'), a prepared cache directory, or a list of files and specs "
+                         "({path: FILE, species: mouse, ...}).")
+    for where, entry in entries:
+        if (isinstance(entry, dict) and "path" in entry) or isinstance(entry, (str, os.PathLike)):
+            continue
+        raise ValueError(f"{where}={entry!r}: expected a file path, a glob, or a spec with a `path` "
+                         "({path: FILE, layer: ..., species: ..., gene_key: ...}).")
+
+
 _BOOLS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
 
 

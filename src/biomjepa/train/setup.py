@@ -27,6 +27,16 @@ def run_dir_of(cfg: TrainConfig) -> Path:
     return Path(cfg.run.out_dir) / (cfg.run.run_name or f"{cfg.loss.objective}-{cfg.model.preset}")
 
 
+def check_loop_device(device: str) -> None:
+    """``loop.device`` usable on this machine (CUDA present for ``cuda``/``cuda:N``, MPS for ``mps``), checked
+    before the corpus is prepared: a ``RuntimeError`` in the config's words otherwise."""
+    from .._device import check_available
+
+    if device != "auto":
+        check_available(torch.device(device), f"loop.device={device}",
+                        "Set `loop.device: cpu` (or `auto`) in the config")
+
+
 def open_corpus(cfg: TrainConfig, run_dir: Path, info: DistInfo) -> Corpus:
     """Prepare (rank 0) and open the shard cache named by ``data.corpus``/``data.cache_dir``."""
     data = cfg.data
@@ -36,7 +46,8 @@ def open_corpus(cfg: TrainConfig, run_dir: Path, info: DistInfo) -> Corpus:
         return Corpus(data.corpus)
     cache = Path(data.cache_dir) if data.cache_dir else run_dir / "corpus"
     if info.is_main:
-        prepare_corpus(data.corpus, cache, vocab_size=cfg.model_config().vocab_size)
+        prepare_corpus(data.corpus, cache, vocab_size=cfg.model_config().vocab_size, where="data.corpus",
+                       cache_where="data.cache_dir")
     barrier(info)
     return Corpus(cache)
 
