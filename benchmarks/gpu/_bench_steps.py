@@ -403,6 +403,7 @@ def step_g(s) -> None:
     shutil.rmtree(store, ignore_errors=True)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "biomjepa.embed", *inputs, "--store", store, "--device", "auto" if s.cuda else "cpu",
+           "--precision", "auto" if s.cuda else "fp32",
            "--block-rows", s.pick(128, 8192)]
     threads = max(1, (os.cpu_count() or 1) // nproc)
     t0 = time.perf_counter()

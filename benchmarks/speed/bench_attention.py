@@ -90,7 +90,7 @@ def _workload(spec: dict):
         LinearSelfAttention.forward = DenseSelfAttention.forward
 
     def forward():
-        with autocast(dev):
+        with autocast(dev, "bf16" if dev.type == "cuda" else "fp32"):
             return enc(ids, vals, mask)
 
     return forward
@@ -116,7 +116,7 @@ def longest_cell(spec: dict) -> dict:
     rows, n, longest = [], spec["n"], 0
     while n <= spec["max_n"]:
         try:
-            with torch.inference_mode(), autocast(dev):
+            with torch.inference_mode(), autocast(dev, "bf16" if dev.type == "cuda" else "fp32"):
                 ids = torch.randint(0, enc.config.vocab_size, (1, n), device=dev)
                 vals, mask = torch.rand(1, n, device=dev), torch.ones(1, n, dtype=torch.bool, device=dev)
                 if dev.type == "cuda":

@@ -71,11 +71,15 @@ def load_cells(n_cells: int, genes_per_cell: int | None, seed: int = 0):
 
 def run(
     cfg_name: str, cells, batch_size: int, label: str, device: str = "cpu", peak: float | None = None, repeats: int = 3,
-    model=None,
+    model=None, precision: str | None = None,
 ) -> dict:
-    """One row: ``model`` (default: a random-initialised ``cfg_name`` preset) embedding ``cells``."""
+    """One row: ``model`` (default: a random-initialised ``cfg_name`` preset) embedding ``cells``.
+
+    ``precision`` (default: bf16 on CUDA, float32 on CPU, this benchmark's figures so far) as ``bj.settings.precision``.
+    """
     import torch
 
+    from biomjepa._device import dtype_label
     from biomjepa.model import BiomJEPA
     from biomjepa.nn import ModelConfig
     from biomjepa.tl._embed import embed_cells
@@ -85,9 +89,10 @@ def run(
         model = BiomJEPA(ModelConfig.preset(cfg_name)).eval()
     cfg = model.config
     dev = torch.device(device)
+    precision = precision or ("bf16" if dev.type == "cuda" else "fp32")
     warm = cells.subset(np.arange(min(batch_size, len(cells))))
-    embed_cells(model, warm, batch_size=batch_size, device=dev)  # warm-up (returns host arrays: synchronized)
-    dt = best_time(lambda: embed_cells(model, cells, batch_size=batch_size, device=dev), repeats)
+    embed_cells(model, warm, batch_size=batch_size, device=dev, precision=precision)  # warm-up (host arrays: synchronized)
+    dt = best_time(lambda: embed_cells(model, cells, batch_size=batch_size, device=dev, precision=precision), repeats)
     tokens = int(cells.lengths.sum() + 2 * len(cells))
     gflops = encoder_flops_per_token(cfg) * tokens / dt / 1e9
     mean_len = int(cells.lengths.mean()) + 2
@@ -97,7 +102,7 @@ def run(
         "mean_tokens": mean_len, "cells_per_s": len(cells) / dt, "tokens_per_s": tokens / dt,
         "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,
         "threads": torch.get_num_threads(), "device": device,
-        "dtype": "bf16 autocast" if dev.type == "cuda" else "float32",
+        "dtype": dtype_label(dev, precision),
     }
     if peak:
         row.update(peak_gflops=peak, fraction_of_peak=gflops / peak)

@@ -149,10 +149,15 @@ def main() -> None:
     ap.add_argument("--genes", type=int, default=None, help="subsample cells to this many genes")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--api", action="store_true", help="also run the full tl.finetune epoch (mini)")
-    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N] (CUDA: bf16 autocast, as tl.finetune)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N] (CUDA: bf16 autocast)")
+    ap.add_argument("--precision", default=None, choices=["fp32", "bf16", "auto"],
+                    help="bj.settings.precision of tl.finetune (default: auto on CUDA, i.e. bf16; fp32 on CPU)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    import biomjepa as bj
+
+    bj.settings.precision = args.precision or ("auto" if args.device.startswith("cuda") else "fp32")
     adata = load_baron(args.genes)
     codes, _ = _labels(adata, "cell_type1")
     split = stratified_split(codes, 0.6, 0.2, 0)

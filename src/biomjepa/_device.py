@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 
@@ -46,23 +47,117 @@ def check_available(dev, asked: str, fix: str) -> None:
                                f"{fix}.")
 
 
-def autocast(device, *, enabled: bool = True):
-    """The package's one precision choice: bf16 autocast on CUDA; a no-op context (fp32) on CPU.
+def autocast(device, precision: str | None = None):
+    """The package's one precision choice: bf16 autocast where ``precision`` resolves to ``"bf16"``, else a
+    no-op context (float32).
 
-    ``enabled=False`` (training with ``bf16: false``) gives the no-op context on CUDA too. Inference
-    (:mod:`biomjepa.nn.inference`), fine-tuning and pretraining all enter it; :func:`dtype_label`
-    names what it chose.
+    ``precision`` is ``"fp32"``, ``"bf16"`` or ``"auto"`` (:func:`resolve_precision`); ``None`` means
+    ``bj.settings.precision``. Inference (:mod:`biomjepa.nn.inference`), fine-tuning and pretraining
+    (``loop.precision``) all enter it; :func:`dtype_label` names what it chose. Under it the encoder's
+    GEMMs run in bf16 while its residual stream, pooling and readout stay float32.
     """
     import torch
 
-    if device.type == "cuda" and enabled:
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+    device = torch.device(device)
+    if resolve_precision(precision, device) == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
-def dtype_label(device) -> str:
-    """The precision :func:`autocast` runs inference in on ``device``, as recorded in ``params["dtype"]``."""
-    return "bfloat16-autocast" if device.type == "cuda" else "float32"
+def resolve_precision(precision: str | None, device) -> str:
+    """``"fp32"`` or ``"bf16"``: what ``precision`` (``None``: ``bj.settings.precision``) means on ``device``.
+
+    ``"auto"`` is bf16 on CUDA and on a CPU that multiplies bf16 natively (:func:`cpu_bf16_native`: AMX or
+    AVX512-BF16 reported by the CPU *and* a bf16 GEMM measured faster than float32 in this process),
+    float32 elsewhere (other CPUs, MPS), so ``"auto"`` never makes a CPU without bf16 units slower.
+    """
+    import torch
+
+    from ._settings import check_precision, settings
+
+    precision = check_precision(settings.precision if precision is None else precision, "precision")
+    if precision != "auto":
+        return precision
+    device = torch.device(device)
+    if device.type == "cuda" or (device.type == "cpu" and cpu_bf16_native()):
+        return "bf16"
+    return "fp32"
+
+
+def dtype_label(device, precision: str | None = None) -> str:
+    """The precision :func:`autocast` runs in on ``device``, as recorded in ``params["dtype"]``."""
+    return "bfloat16-autocast" if resolve_precision(precision, device) == "bf16" else "float32"
+
+
+def cpu_bf16_units() -> list[str]:
+    """The bf16 matrix units this CPU reports: ``amx_bf16`` (Intel AMX, Sapphire Rapids and later) and/or
+    ``avx512_bf16`` (Cooper Lake, Zen 4 and later); empty where it reports none.
+
+    From torch's own CPU feature checks where this torch has them, else from ``/proc/cpuinfo``'s flags.
+    """
+    import torch
+
+    cpu = getattr(torch, "cpu", None)
+    checks = {"amx_bf16": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported"}
+    if cpu is not None and all(hasattr(cpu, f) for f in checks.values()):
+        return [name for name, f in checks.items() if getattr(cpu, f)()]
+    flags = _cpuinfo_flags()
+    return [name for name in checks if name in flags]
+
+
+def _cpuinfo_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+#: GEMM shapes (M × K × N) of the check: the mini encoder's FFN (tokens × d → d_ff and back)
+CHECK_SHAPES = ((8192, 128, 512), (8192, 512, 128))
+#: bf16 must multiply at least this much faster than float32 in the check for ``"auto"`` to pick it
+CHECK_MIN_SPEEDUP = 1.25
+
+
+@functools.cache
+def cpu_bf16_speedup() -> float:
+    """Measured float32 / bf16 time of :data:`CHECK_SHAPES` on this CPU (best of 3 each), once per process.
+
+    About 0.1 s on a 2-core Xeon; logged at debug level.
+    """
+    import time
+
+    import torch
+
+    def best(a, b) -> float:
+        a @ b  # warm-up: oneDNN builds its kernel on the first call
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    g = torch.Generator().manual_seed(0)
+    fp32 = bf16 = 0.0
+    with torch.inference_mode():
+        for m, k, n in CHECK_SHAPES:
+            a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+            fp32 += best(a, b)
+            bf16 += best(a.bfloat16(), b.bfloat16())
+    ratio = fp32 / max(bf16, 1e-9)
+    logger.debug("bf16 GEMM check: %.2fx float32 (%s threads)", ratio, torch.get_num_threads())
+    return ratio
+
+
+def cpu_bf16_native() -> bool:
+    """Whether this CPU multiplies bf16 natively: it reports bf16 units (:func:`cpu_bf16_units`) and a bf16
+    GEMM of the encoder's shapes ran at least :data:`CHECK_MIN_SPEEDUP` × float32 here (:func:`cpu_bf16_speedup`,
+    measured once per process). A CPU that reports none is never measured and never gets bf16 from ``"auto"``."""
+    return bool(cpu_bf16_units()) and cpu_bf16_speedup() >= CHECK_MIN_SPEEDUP
 
 
 def _cpu_ticks() -> tuple[int, int] | None:

@@ -25,6 +25,18 @@ def check_device(value, name: str = "device") -> str:
     return text.strip().lower()
 
 
+PRECISIONS = ("fp32", "bf16", "auto")
+
+
+def check_precision(value, name: str = "precision") -> str:
+    """``value`` as one of :data:`PRECISIONS`, or a ValueError naming ``name`` and the accepted values."""
+    text = value.strip().lower() if isinstance(value, str) else value
+    if text not in PRECISIONS:
+        raise ValueError(f"{name}={value!r} is not a precision; use 'fp32', 'bf16' or 'auto' (bf16 on CUDA and on "
+                         "CPUs with bf16 matrix units, float32 elsewhere).")
+    return text
+
+
 class Settings:
     """Package-wide defaults.
 
@@ -58,6 +70,15 @@ class Settings:
         because on cores that other work keeps busy torch's threads wait for each other: ``bj.tl.embed``
         of the 1,074 bundled pancreas cells on 2 cores kept busy by a training job took 464 s with 1
         thread and 2,876 s with 2 (6.2× slower; ``docs/performance.md``).
+    precision
+        What the encoder multiplies in for inference (every ``tl`` tool, ``biomjepa embed``, the training
+        probe): ``"fp32"`` (default: float32, the same embeddings on every machine, the stored golden values),
+        ``"bf16"`` (bf16 autocast: GEMMs in bf16, the residual stream, pooling and readout in float32) or
+        ``"auto"`` (bf16 on CUDA and on a CPU with bf16 matrix units, AMX or AVX512-BF16, measured faster
+        than float32 once per process; float32 elsewhere; :func:`biomjepa._device.resolve_precision`).
+        On a CPU with AMX bf16 embeds several times faster with per-cell cosine ≈ 0.998 to float32
+        (``docs/performance.md``). What was used is recorded in ``uns[...]["params"]["precision"]``.
+        Pretraining has its own ``loop.precision`` (default ``"auto"``).
     download_timeout
         Seconds a checkpoint download (all its files) may take before it stops with an error
         (default 1800); a server that stops sending is given up after at most 60 s.
@@ -74,6 +95,7 @@ class Settings:
         self._download_timeout: float = 1800.0
         self._progress: bool = True
         self._num_threads: int | str | None = "auto"
+        self._precision: str = "fp32"
 
     @property
     def device(self) -> str:
@@ -112,6 +134,14 @@ class Settings:
     @max_batch_tokens.setter
     def max_batch_tokens(self, value: int) -> None:
         self._max_batch_tokens = _positive_int("bj.settings.max_batch_tokens", value, "tokens per batch, e.g. 32768")
+
+    @property
+    def precision(self) -> str:
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: Literal["fp32", "bf16", "auto"]) -> None:
+        self._precision = check_precision(value, "bj.settings.precision")
 
     @property
     def cachedir(self) -> Path:
@@ -187,7 +217,8 @@ class Settings:
         return (
             f"biomjepa settings: device={self.device!r}, batch_size={self.batch_size}, "
             f"max_batch_tokens={self.max_batch_tokens}, cachedir={str(self.cachedir)!r}, checkpoint={self.checkpoint!r}, "
-            f"verbosity={self.verbosity}, progress={self.progress}, num_threads={self.num_threads!r}"
+            f"verbosity={self.verbosity}, progress={self.progress}, num_threads={self.num_threads!r}, "
+            f"precision={self.precision!r}"
         )
 
 

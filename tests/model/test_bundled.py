@@ -119,9 +119,9 @@ def test_full_length_cells_embed_the_same_whatever_the_batch_size(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_bf16_cuda_embedding_matches_float32_cpu():
-    """On CUDA, tl.embed runs under bf16 autocast; the embedding must stay what float32 on the CPU
-    gives: per-cell cosine ≥ 0.99 and the same nearest neighbours for most cells."""
+def test_bf16_cuda_embedding_matches_float32_cpu(monkeypatch):
+    """On CUDA with ``bj.settings.precision = "auto"``, tl.embed runs under bf16 autocast; the embedding must stay
+    what float32 on the CPU gives: per-cell cosine ≥ 0.99 and the same nearest neighbours for most cells."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
@@ -130,7 +130,10 @@ def test_bf16_cuda_embedding_matches_float32_cpu():
     adata = bj.datasets.pancreas()[:128].copy()
     bj.pp.map_vocab(adata)
     ref = bj.tl.embed(adata, device="cpu", copy=True).obsm["X_biomjepa"]
-    out = bj.tl.embed(adata, device="cuda", copy=True).obsm["X_biomjepa"]
+    monkeypatch.setattr(bj.settings, "precision", "auto")
+    got = bj.tl.embed(adata, device="cuda", copy=True)
+    assert got.uns["biomjepa"]["params"]["precision"] == "bf16"
+    out = got.obsm["X_biomjepa"]
     assert out.dtype == np.float32 and np.isfinite(out).all()
     cos = (ref * out).sum(1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(out, axis=1))
     assert cos.min() >= 0.99, cos.min()

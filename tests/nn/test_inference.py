@@ -148,10 +148,14 @@ def test_runs_under_inference_mode_and_the_one_precision_choice(model):
 
 
 def test_one_precision_choice_and_its_label():
+    """Inference follows bj.settings.precision (float32 by default, on every device); "auto" is bf16 on CUDA."""
     cuda = torch.device("cuda")
-    assert dtype_label(CPU) == "float32" and dtype_label(cuda) == "bfloat16-autocast"
+    assert dtype_label(CPU) == "float32" and dtype_label(cuda) == "float32"
+    assert dtype_label(cuda, "auto") == dtype_label(CPU, "bf16") == "bfloat16-autocast"
     assert isinstance(autocast(CPU), contextlib.nullcontext)
-    assert isinstance(autocast(cuda, enabled=False), contextlib.nullcontext)  # training with bf16: false
+    assert isinstance(autocast(cuda, "fp32"), contextlib.nullcontext)  # training with loop.precision fp32
+    with autocast(CPU, "bf16"):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
 
 
 def test_empty_cells_give_empty_rows(model):
@@ -161,13 +165,14 @@ def test_empty_cells_give_empty_rows(model):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_probe_runs_in_the_precision_of_embed(model):
-    """On CUDA the loop enters bf16 autocast for every caller: the probe (float32 before) now gives the
+def test_cuda_probe_runs_in_the_precision_of_embed(model, monkeypatch):
+    """On CUDA with precision "auto" the loop enters bf16 autocast for every caller: the probe gives the
     embedding ``tl.embed``'s loop gives, and both stay near the float32 CPU values."""
     import copy
 
     from biomjepa.bench.probe import ProbeSet, probe_embeddings
 
+    monkeypatch.setattr(bj.settings, "precision", "auto")
     cells, seen, dev = _cells(), [], torch.device("cuda")
     map_cells(cells, lambda sub: (seen.append(torch.is_autocast_enabled("cuda")), torch.zeros(len(sub)))[1],
               (np.empty(len(cells)),), batch_size=8, device=dev)

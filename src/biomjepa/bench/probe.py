@@ -69,7 +69,7 @@ def probe_embeddings(encoder, probe: ProbeSet, *, batch_size: int = 32) -> dict[
     """``{pooling: [n, 2D]}`` embeddings of the probe cells under every readout (one forward pass).
 
     Through the one inference loop (:func:`biomjepa.nn.inference.map_batches`), so in the precision
-    ``tl.embed`` uses on the encoder's device (bf16 autocast on CUDA, float32 on CPU).
+    ``tl.embed`` uses (``bj.settings.precision``, float32 by default) on the encoder's device.
     """
     from .._settings import settings
     from ..nn.inference import map_batches

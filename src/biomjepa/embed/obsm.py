@@ -65,6 +65,7 @@ def _write_one(st: AtlasStore, inp: dict, path: Path) -> None:
             if "biomjepa" in uns:
                 del uns["biomjepa"]
             params = {k: v for k, v in st.manifest.items() if k != "inputs"}
+            params["precision"] = "bf16" if str(params["settings"].get("dtype", "")).startswith("bfloat16") else "fp32"
             write_elem(uns, "biomjepa", {**prev, "params": _h5_safe(params)})
 
 

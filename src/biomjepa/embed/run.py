@@ -79,6 +79,7 @@ def embed_atlas(
     gene_key: str | None = None,
     species: str = "human",
     id_type: str = "auto",
+    precision: str | None = None,
     write_obsm: bool = False,
     overwrite: bool = False,
     rank: int | None = None,
@@ -96,6 +97,10 @@ def embed_atlas(
     ----------
     block_rows
         Rows per block: the unit of work, of resumption and of the store's chunks.
+    precision
+        ``"fp32"``, ``"bf16"`` or ``"auto"`` (:func:`biomjepa._device.resolve_precision`); ``None``:
+        ``bj.settings.precision``. Recorded in the manifest's ``dtype``, so a store is resumed only in the
+        precision it was started with.
     write_obsm
         Once the store is complete, replace each input by a copy with ``obsm["X_biomjepa"]`` and
         ``uns["biomjepa"]["params"]`` (rank 0; temporary file + rename).
@@ -118,7 +123,7 @@ def embed_atlas(
     biomjepa._files.LockBusy
         Another command holds the store (rank 0 holds its lock while it runs); names that process.
     """
-    from .._device import resolve_device
+    from .._device import resolve_device, resolve_precision
     from .._pretrained import load_model
     from .._settings import settings
 
@@ -137,8 +142,9 @@ def embed_atlas(
             dev = _cuda(local)
         model = load_model(checkpoint)
         bs = int(batch_size or settings.batch_size)
+        precision = resolve_precision(precision, dev)
         wanted = _manifest(model, inps, block_rows=block_rows, batch_size=bs, dev=dev, read_kw=read_kw,
-                           gene_key=gene_key, species=species, id_type=id_type)
+                           gene_key=gene_key, species=species, id_type=id_type, precision=precision)
         map_kw = {"gene_key": gene_key, "species": species, "id_type": id_type, "layer": layer, "use_raw": use_raw}
         st = _open_store(store, wanted, inps, rank=rank, overwrite=overwrite, wait_timeout=wait_timeout, map_kw=map_kw,
                          read_kw=read_kw)
@@ -146,7 +152,7 @@ def embed_atlas(
         t0 = time.perf_counter()
         todo, repaired = _my_blocks(st, rank, world)
         cells = _embed_blocks(st, todo, model, inps, rank=rank, map_kw=map_kw, batch_size=bs, device=dev,
-                              read_kw=read_kw)
+                              read_kw=read_kw, precision=precision)
         seconds = time.perf_counter() - t0
         out = {"rank": rank, "world": world, "blocks": len(todo), "cells": cells, "seconds": seconds,
                "cells_per_s": cells / seconds if seconds > 0 else 0.0, "repaired": repaired,
@@ -168,7 +174,7 @@ def _cuda(local_rank: int):
     return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
 
 
-def _manifest(model, inps, *, block_rows, batch_size, dev, read_kw, gene_key, species, id_type) -> dict:
+def _manifest(model, inps, *, block_rows, batch_size, dev, read_kw, gene_key, species, id_type, precision) -> dict:
     from .._device import dtype_label
     from .._settings import settings
     from .._version import __version__
@@ -186,7 +192,7 @@ def _manifest(model, inps, *, block_rows, batch_size, dev, read_kw, gene_key, sp
         "settings": {
             **source, "gene_key": gene_key or "var_names", "species": species, "id_type": id_type,
             "batch_size": batch_size, "max_batch_tokens": settings.max_batch_tokens,
-            "dtype": dtype_label(dev),
+            "dtype": dtype_label(dev, precision),  # float32 / bfloat16-autocast: a store resumes in its precision
             "pooling": model.config.pooling, "vocab_hash": Vocab.default().hash,
         },
         "biomjepa_version": __version__,
@@ -269,7 +275,7 @@ def _my_blocks(st: AtlasStore, rank: int, world: int) -> tuple[list[tuple[str, i
     return mine, damaged
 
 
-def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, read_kw) -> int:
+def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, read_kw, precision) -> int:
     """Embed and write the blocks ``todo``; returns the number of cells embedded."""
     from tqdm.auto import tqdm
 
@@ -296,7 +302,8 @@ def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, re
         try:
             for rows, tok in iter_tokenized(source, layer=read_kw["layer"], chunk=b - a, start=a, stop=b):
                 sl = slice(rows.start - a, rows.stop - a)
-                Z[sl] = embed_cells(model, tok, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens)
+                Z[sl] = embed_cells(model, tok, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens,
+                                    precision=precision)
                 n_genes[sl] = tok.lengths
         except ValueError as err:  # the counts of this input refused: say which file
             raise ValueError(f"{by_name[name].path}: {err}") from None

@@ -93,7 +93,7 @@ def _chunked_linear_attention(
     view), so merging the heads afterwards (``y.transpose(1, 2).reshape(B, T, H·d_h)``) is free.
     """
     b, h, t, dh = q.shape
-    kv = q.new_zeros(b, h, dh, dh + 1)
+    kv = q.new_zeros(b, h, dh, dh + 1, dtype=torch.float32 if q.dtype == torch.bfloat16 else q.dtype)
     for s in range(0, t, step):
         kv += _kv_summary(k[..., s : s + step, :], v[..., s : s + step, :], None if mask is None else mask[:, s : s + step])
     out = q.new_empty(b, t, h, dh).transpose(1, 2)
@@ -159,8 +159,21 @@ class LinearSelfAttention(nn.Module):
             g, c = q.shape[:2]
             y = q.new_empty(g, c, h, dh)
             _apply_summary(q.view(g, c, h, dh).transpose(1, 2), kv[cells], self.eps, y.transpose(1, 2))
-            torch.addmm(self.out.bias, y.view(-1, d), self.out.weight.t(), out=out[cells, toks].view(-1, d))
+            _project_into(self.out, y.view(-1, d), out[cells, toks].view(-1, d))
         return out
+
+
+def _project_into(linear: nn.Linear, y: torch.Tensor, out: torch.Tensor) -> None:
+    """``out[:] = linear(y)`` for ``y`` ``[N, D]``, written straight into ``out`` when the dtypes agree.
+
+    Under bf16 autocast ``y`` is bf16 while ``out`` (a slice of the float32 residual stream) is not,
+    and ``addmm(..., out=...)`` bypasses autocast (it refuses mixed dtypes): there the projection
+    runs as autocast's bf16 GEMM and its result is widened into ``out``.
+    """
+    if y.dtype == out.dtype == linear.weight.dtype:
+        torch.addmm(linear.bias, y, linear.weight.t(), out=out)
+    else:
+        out.copy_(linear(y))
 
 
 def token_blocks(b: int, t: int, per: int) -> list[tuple[slice, slice]]:

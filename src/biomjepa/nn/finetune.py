@@ -165,7 +165,8 @@ def train_epoch(
 ) -> dict[str, float]:
     """One pass over ``cells`` with integer ``labels [n]``: forward, cross-entropy, backward, step.
 
-    bf16 autocast on CUDA, float32 on CPU; the loss is taken in float32. Returns ``{"loss" (mean
+    In ``bj.settings.precision`` (:func:`biomjepa._device.autocast`; float32 by default, bf16 autocast with
+    ``"bf16"``/``"auto"``); the loss is taken in float32. Returns ``{"loss" (mean
     per cell), "n_cells", "seconds"}``; ``seconds`` covers collation, forward, backward and the
     optimizer step (CUDA synchronized), i.e. the paper's ``t_step`` summed over the epoch.
     """
@@ -206,7 +207,7 @@ def predict_proba(
 
     No-gradient encoding followed by the head (the paper's held-out throughput), through the one
     inference loop (:func:`biomjepa.nn.inference.map_batches`: length-sorted batches,
-    ``torch.inference_mode``, bf16 autocast on CUDA).
+    ``torch.inference_mode``, ``bj.settings.precision``).
     """
     from .inference import map_batches
 

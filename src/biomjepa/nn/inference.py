@@ -8,7 +8,8 @@ behind ``tl.programme_dependencies``. It
 1. cuts the cells into length-sorted batches (:func:`biomjepa.data.collate.sorted_batches`: padding per
    batch only, at most ``batch_size`` cells and ``max_tokens`` padded tokens),
 2. runs a per-batch function under ``torch.inference_mode`` and the package's one precision choice
-   (:func:`biomjepa._device.autocast`: bf16 autocast on CUDA, float32 on CPU),
+   (:func:`biomjepa._device.autocast` with ``bj.settings.precision``: float32 by default; ``"bf16"``/``"auto"``
+   run the encoder's GEMMs in bf16 while its residual stream, pooling and readout stay float32),
 3. writes the rows it returns back in the cells' input order.
 
 So batch size and cell order change no result beyond the rounding of the padded shapes, and
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .._device import autocast
+from .._device import autocast, resolve_precision
 from ..data.collate import Batch, collate, sorted_batches
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ def map_cells(
     batch_size: int,
     device: torch.device | str,
     max_tokens: int | None = None,
+    precision: str | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Run ``step`` over length-sorted batches of ``cells``; its rows land in ``out`` in input order.
 
@@ -56,27 +58,31 @@ def map_cells(
     step
         Called once per batch with the batch's cells (a ``TokenizedCells`` of ``B`` cells, longest
         first); returns one tensor ``[B, ...]`` or a tuple of them, one per array of ``out``.
-        It runs under ``torch.inference_mode`` and :func:`biomjepa._device.autocast` for ``device``.
+        It runs under ``torch.inference_mode`` and :func:`biomjepa._device.autocast` for ``device`` and
+        ``precision``.
     out
         Arrays ``[n, ...]`` to fill; row ``i`` of each receives cell ``i``'s row of the matching tensor.
     batch_size, max_tokens
         Cells per batch, and the cap on ``cells × (longest cell + 2)`` tokens of one batch.
     device
-        The device ``step`` computes on (picks the precision); tensors are copied to the host.
+        The device ``step`` computes on; tensors are copied to the host.
+    precision
+        ``"fp32"``, ``"bf16"`` or ``"auto"`` (:func:`biomjepa._device.resolve_precision` on ``device``);
+        ``None``: ``bj.settings.precision``. Rows come back as float32 arrays either way.
 
     Returns
     -------
     ``tuple(out)``, filled.
     """
     device = torch.device(device)
-    with autocast(device):
+    with autocast(device, resolve_precision(precision, device)):
         for rows in sorted_batches(cells.lengths, batch_size, max_tokens=max_tokens):
             got = step(cells.subset(rows))
             got = got if isinstance(got, tuple) else (got,)
             if len(got) != len(out):
                 raise ValueError(f"step returned {len(got)} tensors for {len(out)} output arrays.")
             for array, tensor in zip(out, got):
-                array[rows] = tensor.cpu().numpy()
+                array[rows] = tensor.float().cpu().numpy() if tensor.dtype == torch.bfloat16 else tensor.cpu().numpy()
     return tuple(out)
 
 
@@ -89,6 +95,7 @@ def map_batches(
     batch_size: int,
     device: torch.device | str,
     max_tokens: int | None = None,
+    precision: str | None = None,
 ) -> tuple[np.ndarray, ...]:
     """:func:`map_cells` with each batch collated: ``readout`` gets a padded :class:`Batch` on ``device``.
 
@@ -99,7 +106,8 @@ def map_batches(
     def step(batch_cells: TokenizedCells) -> Rows:
         return readout(collate(batch_cells, vocab_size).to(device))
 
-    return map_cells(cells, step, out, batch_size=batch_size, device=device, max_tokens=max_tokens)
+    return map_cells(cells, step, out, batch_size=batch_size, device=device, max_tokens=max_tokens,
+                     precision=precision)
 
 
 def embed_cells(
@@ -109,17 +117,19 @@ def embed_cells(
     batch_size: int = 64,
     device: torch.device | str | None = None,
     max_tokens: int | None = None,
+    precision: str | None = None,
 ) -> np.ndarray:
     """Cell embeddings ``[n, 2D]`` float32 of a :class:`~biomjepa.model.BiomJEPA`, in the cells' order.
 
     The model is put in eval mode on ``device`` (default CPU) and read out with its own pooling and
-    readout statistics (``model(batch)``), as ``tl.embed`` and the atlas embedder do.
+    readout statistics (``model(batch)``), as ``tl.embed`` and the atlas embedder do, in ``precision``
+    (:func:`map_cells`; ``None``: ``bj.settings.precision``).
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
     model = model.to(device).eval()
     out = np.empty((len(cells), model.config.embedding_dim), dtype=np.float32)
     (Z,) = map_batches(
         cells, lambda batch: model(batch).float(), (out,), vocab_size=model.config.vocab_size,
-        batch_size=batch_size, device=device, max_tokens=max_tokens,
+        batch_size=batch_size, device=device, max_tokens=max_tokens, precision=precision,
     )
     return Z

@@ -67,8 +67,8 @@ def finetune(
     the final-layer states (the paper's last / second-last control tokens; see
     :mod:`biomjepa.nn.finetune`). Labelled cells are split per class (seeded) into train /
     validation / test; the epoch with the best validation macro-F1 is kept (ties: the earlier).
-    Batches are length-sorted (padding per batch only) in shuffled order; bf16 autocast on CUDA,
-    float32 on CPU. Cells whose label is missing (NaN) are not trained on but are predicted.
+    Batches are length-sorted (padding per batch only) in shuffled order, in ``bj.settings.precision``
+    (float32 by default; ``"bf16"``/``"auto"``: bf16 autocast). Cells whose label is missing (NaN) are not trained on but are predicted.
     Only the train and validation cells are held in memory (read once through the package's
     streaming reader); every cell is then predicted chunk by chunk.
     The checkpoint's cached model is never modified (the encoder is copied).

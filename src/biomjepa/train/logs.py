@@ -24,6 +24,10 @@ class StepLogger:
             return
         path = Path(run_dir) / "log.csv"
         new = not path.is_file() or start == 0
+        if not new:  # a resumed run keeps the columns its log.csv was started with (a row never outgrows its header)
+            with open(path, newline="") as f:
+                header = next(csv.reader(f), None)
+            self.fields = fields = header or fields
         self.file = open(path, "w" if new else "a", newline="")  # noqa: SIM115 (closed in close())
         self.writer = csv.DictWriter(self.file, fieldnames=fields, extrasaction="ignore")
         if new:

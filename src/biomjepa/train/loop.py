@@ -8,7 +8,9 @@ and the running target statistics (bias-corrected EMA centre, optional moments a
 of :mod:`~biomjepa.train.health`, whose :class:`~biomjepa.train.health.LearningHealth` warns when the run
 shows that it does not learn.
 
-Documented choices: bf16 autocast on CUDA only (float32 on CPU, which keeps resume bit-exact); a
+Documented choices: ``loop.precision`` (default ``auto``: bf16 autocast on CUDA and on CPUs with bf16 matrix units,
+float32 elsewhere; the teacher's targets, running statistics, EMA and AdamW state stay float32; the ``bf16`` log
+column says which ran); a
 NaN/Inf loss or gradient norm on any rank *skips* the step on all ranks (no update, no EMA; counted
 in ``bad_steps``) and the run stops with :class:`FloatingPointError` after ``loop.max_bad_steps``
 consecutive bad steps. The torch RNG drives initialisation (seeded with ``run.seed``) and dropout
@@ -27,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._device import autocast
+from .._device import autocast, resolve_precision
 from .._files import atomic_path
 from ..data.shards import ShardStream
 from .blocks import block_rng, sample_blocks
@@ -61,7 +63,7 @@ logger = logging.getLogger(__name__)
 LOG_FIELDS = [
     "step", "loss", "align", "cosine", "var", "cov", "recon", "embed_var", "embed_cov", "lr", "momentum", "coverage", "fallback",
     "dmt_fallback", "effective_rank", "grad_norm", "bad_steps", "cells_per_s", "tokens_per_s", *DIAG_FIELDS,
-    "state_var", "state_cov", "state_sd", "nce", "nce_acc", "view_nce", "view_nce_acc",
+    "state_var", "state_cov", "state_sd", "nce", "nce_acc", "view_nce", "view_nce_acc", "bf16",
 ]
 #: ``on_checkpoint(step, teacher, run_dir)``: called on rank 0 after every saved state (and at step 0)
 CheckpointHook = Callable[[int, torch.nn.Module, Path], None]
@@ -299,7 +301,8 @@ class Trainer:
         lr, mom = self._schedules()
         self.model.train()
         scal, sums, preds, stats = [], {}, [], []
-        amp = autocast(info.device, enabled=cfg.loop.bf16)  # the package's one precision choice (bf16 on CUDA)
+        precision = resolve_precision(cfg.loop.amp, info.device)  # loop.precision: auto = bf16 where multiplied natively
+        amp = autocast(info.device, precision)  # the package's one precision choice; targets, EMA, AdamW stay float32
         for micro in range(cfg.data.accumulation):
             inputs = self._micro(next(data), micro)
             sync = micro == cfg.data.accumulation - 1 or not info.enabled
@@ -317,7 +320,9 @@ class Trainer:
             ema_update(self.teacher, self.model.student, mom)
             self._update_running(sums)
         self.optimizer.zero_grad(set_to_none=True)
-        return self._row(scal, stats, preds, lr, mom, float(grad_norm), time.perf_counter() - t0)
+        row = self._row(scal, stats, preds, lr, mom, float(grad_norm), time.perf_counter() - t0)
+        row["bf16"] = float(precision == "bf16")  # the step's precision in log.csv (1: bf16 autocast, 0: float32)
+        return row
 
     def _schedules(self) -> tuple[float, float]:
         """This step's learning rate (set on the optimiser) and EMA momentum: pure functions of the step."""

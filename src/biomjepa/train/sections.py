@@ -163,7 +163,8 @@ class LoopSection:
     """Where the loop runs, when it checkpoints, what it logs, and what a resume may change."""
 
     device: str = "auto"
-    bf16: bool = True
+    precision: Literal["fp32", "bf16", "auto"] = "auto"  # bf16 autocast where the device multiplies bf16 natively
+    bf16: bool | None = None  # superseded by precision (configs before it): false = precision fp32, true = precision
     checkpoint_every: int = 1000
     keep_checkpoints: int = 2
     max_bad_steps: int = 10
@@ -172,6 +173,17 @@ class LoopSection:
     progress: bool = True
     log_cell_ids: bool = False
     allow_resume_mismatch: bool = False  # resume a state saved with another corpus/model config (logged)
+
+    def __post_init__(self) -> None:
+        from .._settings import check_precision
+
+        object.__setattr__(self, "precision", check_precision(self.precision, "loop.precision"))
+
+    @property
+    def amp(self) -> str:
+        """The precision the training step asks for (:func:`biomjepa._device.resolve_precision` decides on the
+        device): ``precision``, or ``"fp32"`` where an older config says ``bf16: false``."""
+        return "fp32" if self.bf16 is False else self.precision
 
 
 @dataclass(frozen=True)
