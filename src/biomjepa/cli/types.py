@@ -23,7 +23,8 @@ GENE_FLAGS = {'pass species="mouse"': "pass --species mouse", 'species="mouse"':
               r"~(?:[Ss]et )?`corpus(?:\[\d+\])?\.id_type: (\w+)`": r"pass --id-type \1",
               r"~(?:[Ss]et )?`corpus(?:\[\d+\])?\.gene_key: COLUMN`": "pass --gene-key COLUMN",
               r"~(?:[Ss]et )?`corpus: \[\{path: [^,]*, species: (\w+)\}\]`": r"pass --species \1",
-              r"~(?:[Ss]et )?`corpus: \[\{path: [^,]*, gene_key: COLUMN\}\]`": "pass --gene-key COLUMN"}
+              r"~(?:[Ss]et )?`corpus: \[\{path: [^,]*, gene_key: COLUMN\}\]`": "pass --gene-key COLUMN",
+              r"~(?<![.\w])species: (\w+)": r"--species \1"}
 
 #: Pretraining presets accepted by ``biomjepa train`` in place of a YAML file (= ``train.config.PRESETS``).
 TRAIN_PRESETS = ("tiny", "mini", "base")

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import weakref
 from dataclasses import dataclass
@@ -118,6 +119,12 @@ def _listed(corpus, where: str) -> tuple[list[dict], list[tuple]]:
     return specs, entries
 
 
+def check_corpus_listing(corpus, where: str = "corpus") -> None:
+    """Check a corpus description without reading any cells (:func:`prepare_corpus` does it again): its type,
+    its files (existing .h5ad/.npz) and no file listed twice; errors name the entry as ``where`` (``data.corpus``)."""
+    _listed(corpus, where)
+
+
 def _spec_fix(entry: tuple, key: str, value: str) -> str:
     """How to set ``key`` of one corpus entry, as a config would say it (``data.corpus[2].species: mouse``)."""
     where, i, path = entry
@@ -137,6 +144,7 @@ def _in_entry(err: BaseException, spec: dict, entry: tuple) -> str:
              "Pass `layer=` one of them": "Set " + _spec_fix(entry, "layer", "NAME") + " to one of them"}
     for python, spec_words in words.items():
         message = message.replace(python, spec_words)
+    message = re.sub(r"\b(species|gene_key|layer|id_type)=(?:'([^']*)'|None)", r"\1: \2", message)
     where, i, _ = entry
     label = where if i is None else f"{where}[{i}]"
     if "is empty (0 cells" in message:

@@ -46,7 +46,7 @@ from .runlock import lock_run_dir, unlock_run_dir
 from .running import KINDS, RunningTargets
 from .schedules import lr_at, momentum_at
 from .setup import (
-    check_loop_device,
+    check_run_inputs,
     check_shapes,
     init_from_checkpoint,
     init_gene_embedding,
@@ -89,7 +89,7 @@ def pretrain(config: TrainConfig | dict | str | Path, overrides: list[str] | Non
             "training loop does not read AnnData itself. Pass on_checkpoint=bj.bench.probe_hook(cfg) (cfg = "
             "bj.train.load_config(config, overrides)), or set probe.path to null."
         )
-    check_loop_device(cfg.loop.device)  # before torch.distributed, the corpus or the model are touched
+    check_run_inputs(cfg)  # device and corpus listing, before the run directory or the corpus are touched
     info = init_distributed(cfg.loop.device)
     try:
         with _caller_rng_kept():

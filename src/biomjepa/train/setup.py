@@ -27,14 +27,20 @@ def run_dir_of(cfg: TrainConfig) -> Path:
     return Path(cfg.run.out_dir) / (cfg.run.run_name or f"{cfg.loss.objective}-{cfg.model.preset}")
 
 
-def check_loop_device(device: str) -> None:
-    """``loop.device`` usable on this machine (CUDA present for ``cuda``/``cuda:N``, MPS for ``mps``), checked
-    before the corpus is prepared: a ``RuntimeError`` in the config's words otherwise."""
+def check_run_inputs(cfg: TrainConfig) -> None:
+    """What can be checked before the run directory or the corpus cache is touched: ``loop.device`` usable on
+    this machine (CUDA present for ``cuda``/``cuda:N``, MPS for ``mps``; a ``RuntimeError`` otherwise) and the
+    ``data.corpus`` listing (its files exist and are h5ad/npz, none listed twice), in the config's words."""
     from .._device import check_available
+    from ..data.shards import check_corpus_listing
 
+    device = cfg.loop.device
     if device != "auto":
         check_available(torch.device(device), f"loop.device={device}",
                         "Set `loop.device: cpu` (or `auto`) in the config")
+    corpus = cfg.data.corpus
+    if corpus is not None and not (isinstance(corpus, str) and (Path(corpus) / "manifest.json").is_file()):
+        check_corpus_listing(corpus, "data.corpus")
 
 
 def open_corpus(cfg: TrainConfig, run_dir: Path, info: DistInfo) -> Corpus:
