@@ -67,7 +67,10 @@ class EncoderBlock(nn.Module):
         threshold). Row blocks of a contiguous tensor are contiguous: no gather copies. The
         attention streams itself.
         """
-        y = self.attn(self.ln1(x), mask).add_(x)  # a fresh tensor: the caller's x is untouched
+        a = self.attn(self.ln1(x), mask)
+        # in place on the attention's fresh output (the caller's x is untouched), unless autocast made it bf16:
+        # the residual stream stays float32 (a bf16 stream rounds every state to 8 bits and breaks batch invariance)
+        y = a.add_(x) if a.dtype == x.dtype else x + a
         rows = y.view(-1, y.shape[-1])
         per = max(1, attention.CHUNK_ELEMENTS // self.ffn[0].out_features)
         for s in range(0, rows.shape[0], per):
