@@ -103,7 +103,7 @@ def test_embedding_regularizer_is_logged_and_reaches_the_student(tmp_path):
     import biomjepa.train.loop as loop
 
     trainer = loop.Trainer(cfg, loop.init_distributed("cpu"))
-    inputs = trainer._micro(next(trainer.batches()), 0)
+    inputs = trainer._micro(next(trainer.batches()))
     model = JEPA.from_train_config(cfg)
     terms, _ = compute_objective(model, make_teacher(model.student), inputs, trainer.running, cfg.loss, cfg.teacher)
     terms.total.backward()

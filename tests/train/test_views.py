@@ -75,7 +75,7 @@ def test_budgets_reach_the_training_step_and_are_validated(tmp_path):
     cfg = tiny_config(tmp_path, teacher_genes=60, context_genes=12, min_context=4, batch_size=4, accumulation=1,
                       steps=2, checkpoint_every=100, tensorboard=False, progress=False)
     tr = Trainer(cfg, init_distributed("cpu"))
-    inputs = tr._micro(next(tr.batches()), 0)
+    inputs = tr._micro(next(tr.batches()))
     assert int(inputs.teacher.mask.sum(1).max()) <= 60 + 2  # + the two technical tokens
     assert int(inputs.student.gene_mask.sum(1).max()) <= 12
     with pytest.raises(ValueError, match="teacher_genes"):
@@ -147,7 +147,7 @@ def test_thinned_student_views_reach_the_training_step(tmp_path):
               tensorboard=False, progress=False)
     plain = Trainer(tiny_config(tmp_path / "a", **kw), init_distributed("cpu"))
     thin = Trainer(tiny_config(tmp_path / "b", thin_student=0.1, **kw), init_distributed("cpu"))
-    a, b = plain._micro(next(plain.batches()), 0), thin._micro(next(thin.batches()), 0)
+    a, b = plain._micro(next(plain.batches())), thin._micro(next(thin.batches()))
     assert torch.equal(a.teacher.values, b.teacher.values)  # the teacher sees the cell as measured
     assert int(b.student.gene_mask.sum()) < int(a.student.gene_mask.sum())
     assert float(b.student.values[b.student.gene_mask].min()) > 0  # no thinned-out gene in the context

@@ -66,7 +66,8 @@ def counts_view(
     library_size_key: str | None = None,
 ):
     """What the readers read: ``adata``, its ``.raw`` (:class:`RawCounts`, ``use_raw=True``), or either seen
-    through :class:`~biomjepa.data.lognorm.LogNormalized` (``input="lognorm"``); clear errors otherwise."""
+    through :class:`~biomjepa.data.lognorm.LogNormalized` (``input="lognorm"``) or
+    :class:`~biomjepa.data.reads.ReadCounts` (``input="reads"``: plate-based read counts); clear errors otherwise."""
     check_source_args(layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
     source = adata
     if use_raw:
@@ -78,6 +79,10 @@ def counts_view(
         source = RawCounts(adata)
     if input == "counts":
         return source
+    if input == "reads":
+        from .reads import ReadCounts
+
+        return ReadCounts(source)
     from .lognorm import LogNormalized, estimate_warning
 
     if library_size_key is None:
@@ -90,9 +95,10 @@ def check_source_args(*, layer: str | None, use_raw: bool, input: str, library_s
     """The arguments of :func:`counts_view` that need no data, checked (also before any work, by the atlas)."""
     if not isinstance(use_raw, bool):
         raise TypeError(f"use_raw must be True or False, got {use_raw!r}.")
-    if input not in ("counts", "lognorm"):
-        raise ValueError(f"input={input!r} is not an input kind; use 'counts' (raw counts) or 'lognorm' "
-                         "(log1p(normalize_total) values).")
+    if input not in ("counts", "reads", "lognorm"):
+        raise ValueError(f"input={input!r} is not an input kind; use 'counts' (raw counts, droplet UMIs), 'reads' "
+                         "(raw plate-based read counts: Smart-seq, C1, STRT) or 'lognorm' (log1p(normalize_total) "
+                         "values).")
     if library_size_key is not None and input != "lognorm":
         raise ValueError(f"library_size_key={library_size_key!r} is only used with input='lognorm' (raw counts "
                          "carry their library sizes); drop it or pass input='lognorm'.")

@@ -37,7 +37,7 @@ import torch
 from scipy import sparse
 
 from .._files import Lock, atomic_path, lock, write_text_atomic
-from .tokenize import TokenizedCells, tokenize
+from .tokenize import TokenizedCells, concat_cells, tokenize
 
 logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -62,7 +62,7 @@ def _specs(corpus) -> list[dict]:
     out = []
     for it in items:
         spec = dict(it) if isinstance(it, dict) else {"path": str(it)}
-        unknown = set(spec) - {"path", "layer", "species", "gene_key", "id_type", "exclude_obs", "max_cells"}
+        unknown = set(spec) - {"path", "layer", "species", "gene_key", "id_type", "exclude_obs", "max_cells", "counts"}
         if unknown:
             raise ValueError(f"Unknown corpus spec keys {sorted(unknown)} in {spec}.")
         path = str(spec["path"])
@@ -185,6 +185,7 @@ def _convert(spec: dict, out: Path, vocab_size: int) -> dict:
     :func:`biomjepa.data.stream.iter_vocab_counts` (the same count check and vocabulary map as ``bj.tl.embed``).
     """
     from .idtable import map_var
+    from .reads import check_count_kind
     from .stream import iter_vocab_counts
 
     adata = _open_h5ad(spec["path"])
@@ -195,8 +196,9 @@ def _convert(spec: dict, out: Path, vocab_size: int) -> dict:
         drop = _excluded(adata, spec.get("exclude_obs"))
         parts, totals, rows = [], [], []
         where = f"{spec['path']}:{spec.get('layer') or 'X'}"
+        reads = check_count_kind(spec.get("counts", "umi"), f"corpus entry {spec['path']}: counts") == "reads"
         for sl, counts, tot in iter_vocab_counts(adata, layer=spec.get("layer"), vocab_size=vocab_size,
-                                                 token=res.token, where=where):
+                                                 token=res.token, where=where, reads=reads):
             keep = (np.diff(counts.indptr) > 0) & ~drop[sl]
             parts.append(counts[keep].astype(np.float32))
             totals.append(tot[keep])
@@ -214,7 +216,7 @@ def _convert(spec: dict, out: Path, vocab_size: int) -> dict:
                  totals=tot, rows=rows)
     return {"source": spec["path"], "file": out.name, "n_cells": int(X.shape[0]), "dropped_excluded": int(drop.sum()),
             "median_genes": float(np.median(np.diff(X.indptr))) if X.shape[0] else 0.0,
-            **{k: spec.get(k) for k in ("layer", "species", "gene_key", "exclude_obs")}}
+            **{k: spec.get(k) for k in ("layer", "species", "gene_key", "exclude_obs", "counts")}}
 
 
 def _open_h5ad(path: str):
@@ -401,6 +403,9 @@ def _hold(cache: Path) -> None:
         _HOLDS[key] = _cache_lock(cache, shared=True)
 
 
+SHARDS_KEPT = 64
+
+
 class Corpus:
     """A prepared shard cache: ``len(corpus)`` shards, row lengths, and tokenized row access.
 
@@ -419,7 +424,7 @@ class Corpus:
         self.meta = meta
         self.paths = [self.root / s["file"] for s in meta["shards"]]
         self.lengths = [np.diff(np.load(p)["indptr"]) for p in self.paths]
-        self._cache: tuple[int, dict] | None = None
+        self._cache: dict[int, dict] = {}
 
     def close(self) -> None:
         """Release the cache's shared lock (the corpus can still be read, unprotected)."""
@@ -433,10 +438,14 @@ class Corpus:
         return int(sum(len(x) for x in self.lengths))
 
     def load(self, shard: int) -> dict:
-        if self._cache is None or self._cache[0] != shard:
+        """Shard ``shard``'s arrays; the last :data:`SHARDS_KEPT` shards read stay in memory (batches that
+        alternate between sources must not read a file per batch)."""
+        if shard not in self._cache:
             with np.load(self.paths[shard]) as z:
-                self._cache = (shard, {k: z[k] for k in z.files})
-        return self._cache[1]
+                self._cache[shard] = {k: z[k] for k in z.files}
+            while len(self._cache) > SHARDS_KEPT:
+                self._cache.pop(next(iter(self._cache)))
+        return self._cache[shard]
 
     def cells(self, shard: int, rows: np.ndarray) -> TokenizedCells:
         """Tokenize rows ``rows`` of shard ``shard`` (values ``log1p(1e4 c / total)``)."""
@@ -486,16 +495,27 @@ class ShardStream(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, corpus: Corpus, *, batch_size: int, seed: int, rank: int = 0, world: int = 1,
-                 start: int = 0, sort_pool: int = 64) -> None:
+                 start: int = 0, sort_pool: int = 64, batching: str = "shard", balance: float = 1.0) -> None:
         super().__init__()
+        from .sampling import BATCHINGS
+
+        if batching not in BATCHINGS:
+            raise ValueError(f"data.batching={batching!r} is not a batching; use one of {list(BATCHINGS)}.")
+        if not 0.0 <= float(balance) <= 1.0:
+            raise ValueError(f"data.balance={balance!r} must lie in [0, 1] (1: every cell equally often, "
+                             "0: every source equally often).")
         self.corpus, self.batch_size, self.seed = corpus, batch_size, seed
         self.rank, self.world, self.start, self.sort_pool = rank, world, start, sort_pool
+        self.batching, self.balance = batching, float(balance)
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         worker, n_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         unit, n_units = self.rank * n_workers + worker, self.world * n_workers
         skip = (self.start - worker + n_workers - 1) // n_workers
+        if self.batching != "shard":
+            yield from self._pieces(unit, n_units, skip)
+            return
         for epoch in count():
             empty = True
             for shard, rows in self.corpus.plan(self.seed, epoch, unit, n_units, self.batch_size, self.sort_pool):
@@ -507,3 +527,22 @@ class ShardStream(torch.utils.data.IterableDataset):
                 yield CellBatch(self.corpus.cells(shard, rows), ids)
             if empty:
                 raise ValueError(f"Data unit {unit}/{n_units} received no cells; the corpus is too small.")
+
+    def _pieces(self, unit: int, n_units: int, skip: int):
+        """Batches of the ``source`` / ``mixed`` plans (:mod:`biomjepa.data.sampling`), from the ``skip``-th on."""
+        from .sampling import mixed_plan, source_plan
+
+        plan = source_plan if self.batching == "source" else mixed_plan
+        empty = True
+        for pieces in plan(self.corpus.lengths, self.seed, unit, n_units, self.batch_size, self.sort_pool,
+                           self.balance):
+            empty = False
+            if skip > 0:
+                skip -= 1
+                continue
+            cells = concat_cells([self.corpus.cells(sh, rows) for sh, rows in pieces])
+            ids = np.concatenate([np.stack([np.full(len(rows), sh), self.corpus.load(sh)["rows"][rows]], axis=1)
+                                  for sh, rows in pieces])
+            yield CellBatch(cells, ids)
+        if empty:
+            raise ValueError(f"Data unit {unit}/{n_units} received no cells; the corpus is too small.")

@@ -116,6 +116,7 @@ def iter_vocab_counts(
     vocab_size: int | None = None,
     token: np.ndarray | None = None,
     where: str | None = None,
+    reads: bool = False,
 ) -> Iterator[tuple[slice, sparse.csr_matrix, np.ndarray]]:
     """Yield ``(rows, counts [n, V] CSR float64, totals [n])``: checked raw counts on the vocabulary.
 
@@ -126,15 +127,19 @@ def iter_vocab_counts(
     are made); a refused matrix's error points at ``use_raw=True`` when ``adata.raw`` holds counts. ``token`` (``[n_vars]``
     vocabulary index, −1 unmapped) replaces ``var[token_key]`` for callers that map genes
     themselves (the coexpression graph over unmapped files); ``where`` names the matrix in errors
-    (default ``X`` / ``layers[...]``; corpus preparation adds the file name).
+    (default ``X`` / ``layers[...]``; corpus preparation adds the file name). ``reads`` (or a
+    :class:`~biomjepa.data.reads.ReadCounts` ``adata``, ``input="reads"``): plate-based read counts, yielded
+    as :func:`~biomjepa.data.reads.molecule_equivalents`.
     """
+    from .reads import ReadCounts, molecule_equivalents
     from .vocab import Vocab
 
     token = token_column(adata, token_key, vocab_size) if token is None else np.asarray(token, dtype=np.int64)
     V = vocab_size or Vocab.default().size
+    reads = reads or isinstance(adata, ReadCounts)
     for rows, block in iter_checked_counts(adata, layer=layer, chunk=chunk, start=start, stop=stop, where=where):
         counts, totals = to_vocab_counts(block, token, V)
-        yield rows, counts, totals
+        yield (rows, *molecule_equivalents(counts, totals)) if reads else (rows, counts, totals)
 
 
 def iter_checked_counts(

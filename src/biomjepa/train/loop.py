@@ -32,15 +32,14 @@ import torch
 from .._device import autocast, resolve_precision
 from .._files import atomic_path
 from ..data.shards import ShardStream
-from .blocks import block_rng, sample_blocks
 from .checkpoint import load_latest_state, rng_state, save_state, set_rng_state
 from .config import TrainConfig, load_config
 from .distributed import DistInfo, all_reduce_, all_reduce_mean, barrier, cleanup, init_distributed, wrap_ddp
 from .ema import ema_update, make_teacher
 from .health import DIAG_FIELDS, LearningHealth, effective_rank
-from .inputs import build_inputs
 from .jepa import JEPA
 from .objectives import compute_objective
+from .prepare import InputPreparer, PreparedStream
 from .resume import check_resume, check_resume_corpus, inputs_record, record_changes
 from .runlock import lock_run_dir, unlock_run_dir
 from .running import KINDS, RunningTargets
@@ -57,7 +56,6 @@ from .setup import (
     state_hash,
 )
 from .signals import GracefulStop
-from .views import gene_budget, thin_cells
 
 logger = logging.getLogger(__name__)
 LOG_FIELDS = [
@@ -230,10 +228,15 @@ class Trainer:
         cfg, info = self.cfg.data, self.info
         seed = self.cfg.run.seed
         stream = ShardStream(self.corpus, batch_size=cfg.batch_size, seed=seed, rank=info.rank,
-                             world=info.world, start=self.step * cfg.accumulation, sort_pool=cfg.sort_pool)
+                             world=info.world, start=self.step * cfg.accumulation, sort_pool=cfg.sort_pool,
+                             batching=cfg.batching, balance=cfg.balance)
+        prepared = PreparedStream(stream, InputPreparer.of(self.cfg, self.graph, self.model.config.vocab_size, info.rank),
+                                  start=self.step * cfg.accumulation, accumulation=cfg.accumulation)
         # own generator: creating the iterator must not consume the global (dropout) RNG stream
         gen = torch.Generator().manual_seed(seed)
-        loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=cfg.num_workers, generator=gen)
+        extra = {"prefetch_factor": 4} if cfg.num_workers else {}
+        loader = torch.utils.data.DataLoader(prepared, batch_size=None, num_workers=cfg.num_workers, generator=gen,
+                                             **extra)
         return iter(loader)
 
     def run(self) -> Path:
@@ -278,21 +281,13 @@ class Trainer:
             flag = all_reduce_(torch.tensor([flag], device=self.info.device), self.info, "max").item()
         return flag > 0
 
-    def _micro(self, batch, micro: int):
-        """One micro-batch's inputs: the teacher's gene budget, blocks and context, on the device."""
-        cfg, info = self.cfg, self.info
-        rng = block_rng(cfg.run.seed, self.step, info.rank, micro)
-        cells = gene_budget(batch.cells, cfg.data.teacher_genes, rng)
-        thinned, seen = thin_cells(cells, cfg.data.thin_student, rng) if cfg.data.thin_student else (None, None)
-        sample = sample_blocks(cells.indptr, cells.genes, self.graph, cfg.block_config(), rng,
-                               vocab_size=self.model.config.vocab_size, context_eligible=seen)
-        inputs = build_inputs(cells, sample, self.model.config.vocab_size, objective=cfg.loss.objective,
-                              token_cap=cfg.loss.token_cap, rng=rng, whole=batch.cells,
-                              student_cells=thinned).to(info.device)
-        if cfg.loop.log_cell_ids:
-            with open(self.run_dir / f"cell_ids_rank{info.rank}.txt", "a") as f:
-                np.savetxt(f, np.c_[np.full(len(batch.ids), self.step), batch.ids], fmt="%d")
-        return inputs
+    def _micro(self, prepared):
+        """One micro-batch's inputs (prepared by the loader: :mod:`~biomjepa.train.prepare`), on the device."""
+        inputs, ids = prepared
+        if self.cfg.loop.log_cell_ids:
+            with open(self.run_dir / f"cell_ids_rank{self.info.rank}.txt", "a") as f:
+                np.savetxt(f, np.c_[np.full(len(ids), self.step), ids], fmt="%d")
+        return inputs.to(self.info.device)
 
     def train_step(self, data) -> dict:
         """Targets → predictions → loss per micro-batch (gradients summed), then one AdamW step and the EMA."""
@@ -304,7 +299,7 @@ class Trainer:
         precision = resolve_precision(cfg.loop.amp, info.device)  # loop.precision: auto = bf16 where multiplied natively
         amp = autocast(info.device, precision)  # the package's one precision choice; targets, EMA, AdamW stay float32
         for micro in range(cfg.data.accumulation):
-            inputs = self._micro(next(data), micro)
+            inputs = self._micro(next(data))
             sync = micro == cfg.data.accumulation - 1 or not info.enabled
             with self.ddp.no_sync() if not sync else contextlib.nullcontext(), amp:
                 terms, aux = compute_objective(self.ddp, self.teacher, inputs, self.running, cfg.loss, cfg.teacher)

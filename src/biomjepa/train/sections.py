@@ -49,6 +49,8 @@ class DataSection:
     teacher_genes: int | None = None
     context_genes: int | None = None
     thin_student: float | None = None
+    batching: str = "shard"  # "shard" | "source" | "mixed" (biomjepa.data.sampling)
+    balance: float = 1.0  # source weight ∝ n_s ** balance (1: every cell equally often, 0: every source)
 
 
 @dataclass(frozen=True)
