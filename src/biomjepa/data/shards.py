@@ -20,12 +20,10 @@ a resumed run already consumed without reading any data.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import weakref
 from dataclasses import dataclass
@@ -37,10 +35,22 @@ import torch
 from scipy import sparse
 
 from .._files import Lock, atomic_path, lock, write_text_atomic
+from .corpus_spec import (  # noqa: F401 (corpus_inputs, changed_inputs, check_corpus_listing: public here)
+    MANIFEST,
+    SUFFIXES,
+    _cache_dir,
+    _changed,
+    _identity,
+    _in_entry,
+    _listed,
+    _specs,
+    changed_inputs,
+    check_corpus_listing,
+    corpus_inputs,
+)
 from .tokenize import TokenizedCells, concat_cells, tokenize
 
 logger = logging.getLogger(__name__)
-MANIFEST = "manifest.json"
 LOCK = ".lock"
 
 
@@ -50,122 +60,6 @@ class CellBatch:
 
     cells: TokenizedCells
     ids: np.ndarray
-
-
-def _specs(corpus) -> list[dict]:
-    """Normalise a corpus description into a list of ``{path, layer, species, gene_key, exclude_obs}``.
-
-    A glob keeps only its ``.h5ad`` / ``.npz`` matches; a path named explicitly must exist and be one
-    of those, else the error names it.
-    """
-    items = [corpus] if isinstance(corpus, (str, os.PathLike, dict)) else list(corpus)
-    out = []
-    for it in items:
-        spec = dict(it) if isinstance(it, dict) else {"path": str(it)}
-        unknown = set(spec) - {"path", "layer", "species", "gene_key", "id_type", "exclude_obs", "max_cells", "counts"}
-        if unknown:
-            raise ValueError(f"Unknown corpus spec keys {sorted(unknown)} in {spec}.")
-        path = str(spec["path"])
-        if glob.has_magic(path):
-            paths = [p for p in sorted(glob.glob(path)) if p.endswith(SUFFIXES)]
-        else:
-            _check_corpus_file(path)
-            paths = [path]
-        out += [{**spec, "path": p} for p in paths]
-    if not out:
-        raise ValueError(f"Corpus {corpus!r} names no .h5ad or .npz file.")
-    return out
-
-
-SUFFIXES = (".h5ad", ".npz")
-
-
-def _listed(corpus, where: str) -> tuple[list[dict], list[tuple]]:
-    """:func:`_specs` of ``corpus`` and, per spec, the entry it came from ``(where, index or None, path)``, so
-    that errors name the entry in the caller's words (``data.corpus[2]``). A corpus of another type (``5``),
-    an entry of another type and a file named by two entries (trained on twice) are refused."""
-    if isinstance(corpus, (str, os.PathLike, dict)):
-        items, index = [corpus], [None]
-    elif isinstance(corpus, (list, tuple)):
-        items, index = list(corpus), list(range(len(corpus)))
-    else:
-        raise TypeError(f"{where}={corpus!r} ({type(corpus).__name__}): expected an .h5ad/.npz file, a glob, a prepared "
-                        f"cache directory, or a list of files and specs ({{path: FILE, species: mouse, ...}}).")
-    specs, entries, seen = [], [], {}
-    for it, i in zip(items, index):
-        label = where if i is None else f"{where}[{i}]"
-        if not isinstance(it, (str, os.PathLike, dict)) or (isinstance(it, dict) and "path" not in it):
-            raise TypeError(f"{label}={it!r}: expected a file path, a glob, or a spec with a `path` "
-                            "({path: FILE, layer: ..., species: ..., gene_key: ...}).")
-        path = str(it["path"] if isinstance(it, dict) else it)
-        if glob.has_magic(path) and not any(p.endswith(SUFFIXES) for p in glob.glob(path)):
-            continue  # a glob matching nothing adds nothing (an empty corpus is refused below)
-        try:
-            got = _specs([it])
-        except (ValueError, OSError) as err:
-            raise type(err)(f"{label}: {err}") from None
-        for spec in got:  # the same file with the same options twice (not a split by exclude_obs / max_cells)
-            real = json.dumps([os.path.realpath(spec["path"]), {k: v for k, v in spec.items() if k != "path"}],
-                              sort_keys=True, default=str)
-            if real in seen:
-                first = seen[real][0]
-                raise ValueError(f"{first} and {label} both name {spec['path']}: its cells would be trained on twice. "
-                                 "List each file once.")
-            seen[real] = (label, i)
-            specs.append(spec)
-            entries.append((where, i, path))
-    if not specs:
-        raise ValueError(f"Corpus {corpus!r} ({where}) names no .h5ad or .npz file.")
-    return specs, entries
-
-
-def check_corpus_listing(corpus, where: str = "corpus") -> None:
-    """Check a corpus description without reading any cells (:func:`prepare_corpus` does it again): its type,
-    its files (existing .h5ad/.npz) and no file listed twice; errors name the entry as ``where`` (``data.corpus``)."""
-    _listed(corpus, where)
-
-
-def _spec_fix(entry: tuple, key: str, value: str) -> str:
-    """How to set ``key`` of one corpus entry, as a config would say it (``data.corpus[2].species: mouse``)."""
-    where, i, path = entry
-    if i is not None:
-        return f"`{where}[{i}].{key}: {value}`"
-    return f"`{where}: [{{path: {path}, {key}: {value}}}]`"
-
-
-def _in_entry(err: BaseException, spec: dict, entry: tuple) -> str:
-    """The message of an error preparing ``spec``: the file and its entry named, the fix in spec keys (not
-    Python arguments: ``data.corpus[2].species: mouse`` instead of ``species="mouse"``)."""
-    message = str(err.args[0] if isinstance(err, KeyError) and err.args else err)
-    words = {'pass species="mouse"': "set " + _spec_fix(entry, "species", "mouse"),
-             'pass id_type="entrez"': "set " + _spec_fix(entry, "id_type", "entrez"),
-             "Pass `gene_key=`": "Set " + _spec_fix(entry, "gene_key", "COLUMN"),
-             "pass gene_key=": "set " + _spec_fix(entry, "gene_key", "COLUMN"),
-             "Pass `layer=` one of them": "Set " + _spec_fix(entry, "layer", "NAME") + " to one of them"}
-    for python, spec_words in words.items():
-        message = message.replace(python, spec_words)
-    message = re.sub(r"\b(species|gene_key|layer|id_type)=(?:'([^']*)'|None)", r"\1: \2", message)
-    where, i, _ = entry
-    label = where if i is None else f"{where}[{i}]"
-    if "is empty (0 cells" in message:
-        message += f" Remove the file from the corpus ({label})."
-    return f"Corpus file {spec['path']} ({label}): {message}"
-
-
-def _check_corpus_file(path: str) -> None:
-    """A corpus file named explicitly: a readable ``.h5ad`` (HDF5) or a prepared ``.npz`` shard; a directory,
-    an empty, text or other file is refused naming it (:func:`~biomjepa.data.files.check_h5ad_file`)."""
-    from .files import check_h5ad_file
-
-    if (Path(path) / MANIFEST).is_file():
-        raise ValueError(f"Corpus entry {path} is a prepared corpus cache: give it alone (corpus: {path}), not with "
-                         "other files or in a list.")
-    check_h5ad_file(path, what="Corpus entry " if Path(path).is_dir() else "Corpus file ", allow_npz=True)
-    if not path.endswith(SUFFIXES):
-        raise ValueError(
-            f"Corpus file {path} is not named .h5ad or .npz; rename it (an .h5ad file written by anndata, or an "
-            ".npz shard prepared by bj.train)."
-        )
 
 
 def _excluded(adata, exclude) -> np.ndarray:
@@ -275,21 +169,6 @@ def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | No
     return cache
 
 
-def _cache_dir(cache_dir, cache_where: str) -> Path:
-    """``cache_dir`` as an existing directory (created if missing); a file in its place is refused in words."""
-    cache = Path(cache_dir)
-    if cache.exists() and not cache.is_dir():
-        raise NotADirectoryError(f"{cache_where}={str(cache)!r} is a file, not a directory: the corpus shards are "
-                                 f"written into a directory. Set {cache_where} to a directory (created if missing), "
-                                 "or move the file away.")
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise type(err)(f"{cache_where}={str(cache)!r} cannot be created ({err.strerror or err}): set {cache_where} to "
-                        "a directory this process can write.") from None
-    return cache
-
-
 def _write_cache(cache: Path, specs: list[dict], meta: dict, inputs: list[dict], *, entries: list | None = None,
                  cache_where: str = "cache_dir") -> None:
     """Convert every spec into a shard, then write the manifest (under the cache's exclusive lock); an error names
@@ -324,33 +203,6 @@ def _write_shards(cache: Path, specs: list[dict], meta: dict, inputs: list[dict]
         raise ValueError(f"Corpus file(s) {', '.join(changed)} changed while {cache} was being prepared; "
                          "run again once they are complete.")
     write_text_atomic(cache / MANIFEST, json.dumps({**meta, "shards": shards, "inputs": inputs}, indent=2))
-
-
-def _identity(specs: list[dict]) -> list[dict]:
-    """``{path, size, mtime_ns}`` of every input file: the corpus files and ``exclude_obs`` files."""
-    out: dict[str, dict] = {}
-    for spec in specs:
-        for p in (spec["path"], spec.get("exclude_obs")):
-            if p is not None and str(p) not in out and Path(p).is_file():
-                st = os.stat(p)
-                out[str(p)] = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    return list(out.values())
-
-
-def corpus_inputs(corpus) -> list[dict]:
-    """``{path, size, mtime_ns}`` of every input file of a corpus description (what a manifest's ``inputs`` records)."""
-    return _identity(_specs(corpus))
-
-
-def changed_inputs(recorded: list[dict], now: list[dict]) -> list[str]:
-    """Paths whose size/mtime differ between two ``inputs`` records (or that are in one only)."""
-    return _changed(recorded, now)
-
-
-def _changed(recorded: list[dict], now: list[dict]) -> list[str]:
-    """Paths whose size/mtime differ between two :func:`_identity` records (or are in one only)."""
-    old, new = {i["path"]: i for i in recorded}, {i["path"]: i for i in now}
-    return [p for p in dict.fromkeys([*old, *new]) if old.get(p) != new.get(p)]
 
 
 def _stale(cache: Path, key: str, inputs: list[dict]) -> str | None:
