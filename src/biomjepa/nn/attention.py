@@ -146,14 +146,17 @@ class LinearSelfAttention(nn.Module):
         b, t, d = x.shape
         h, dh = self.n_heads, d // self.n_heads
         x = x.contiguous()
+        out = x.new_empty(b, t, d)  # the residual stream's dtype (float32 under autocast too)
+        kv = x.new_zeros(b, h, dh, dh + 1)  # summed over blocks in float32 under autocast too
         w, bias = self.qkv.weight, self.qkv.bias
+        if torch.is_autocast_enabled(x.device.type):  # cast input and weights once, not per block and pass
+            low = torch.get_autocast_dtype(x.device.type)
+            x, w, bias = x.to(low), w.to(low), bias.to(low)
         blocks = token_blocks(b, t, max(1, CHUNK_ELEMENTS // (2 * d)))
-        kv = x.new_zeros(b, h, dh, dh + 1)
         for cells, toks in blocks:
             kvc = F.linear(x[cells, toks], w[d:], bias[d:])
             kvc = kvc.view(kvc.shape[0], kvc.shape[1], 2, h, dh).permute(2, 0, 3, 1, 4)
             kv[cells] += _kv_summary(kvc[0], kvc[1], None if mask is None else mask[cells, toks])
-        out = x.new_empty(b, t, d)
         for cells, toks in blocks:
             q = F.linear(x[cells, toks], w[:d], bias[:d])
             g, c = q.shape[:2]
