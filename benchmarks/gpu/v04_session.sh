@@ -75,8 +75,13 @@ EOF
   setsid nohup timeout -s TERM "$LONG_DEADLINE" python3 $S run --levers "$WIN" --steps "$STEPS" --warmup 200 \
     --probe-every 1000 --keep 40 --no-f1 --corpus $W/cache --probes .gpu/v04/probes.npz --work $W/long \
     --prefix long- --device cuda --workers 12 > $W/long.out 2>&1 < /dev/null &
-  (cd $W/levers && tar -cf - lever-*/readouts_*.npz lever-*/probe2.jsonl lever-*/log.csv lever-*.out \
-    | split -b 15M - "$OUT/levers.tar.part")
+  if [ "${LEVER_FINAL_ONLY:-0}" = 1 ]; then  # one call for both: the final readouts (step 0 of one lever)
+    (cd $W/levers && tar -cf - lever-*/readouts_step*"$LEVER_STEPS".npz lever-shard-s42/readouts_step000000.npz \
+      lever-*/probe2.jsonl lever-*/log.csv lever-*.out | split -b 15M - "$OUT/levers.tar.part")
+  else
+    (cd $W/levers && tar -cf - lever-*/readouts_*.npz lever-*/probe2.jsonl lever-*/log.csv lever-*.out \
+      | split -b 15M - "$OUT/levers.tar.part")
+  fi
   cp $W/choice.txt "$OUT/"
   sleep 20; tail -n 5 $W/long.out
 }
@@ -89,14 +94,15 @@ wait_long() {
   done
   tail -n 20 $W/long.out
   R=$(ls -d $W/long/long-* | head -n 1)
-  cp $W/long.out $R/log.csv $R/config.yaml "$OUT/"
+  cp $R/log.csv "$OUT/"
   (cd $R && tar -cf - readouts_*.npz probe2.jsonl | split -b 15M - "$OUT/long_readouts.tar.part")
-  python3 - "$R" "$OUT" <<'EOF'
+  python3 - "$R" "$OUT" ${SLIM_ONE:+one} <<'EOF'
 import sys, torch
 from pathlib import Path
 run, out = Path(sys.argv[1]), Path(sys.argv[2])
+SECOND = len(sys.argv) < 4
 states = sorted((run / "checkpoints").glob("step_*.pt"))
-keep = [states[-1]] + ([s for s in states if s != states[-1] and int(s.stem[5:]) == 6000][:1])
+keep = [states[-1]] + ([s for s in states if s != states[-1] and int(s.stem[5:]) == 6000][:1] if SECOND else [])
 for p in keep:
     st = torch.load(p, map_location="cpu", weights_only=True)
     slim = {k: v for k, v in st.items() if k not in ("model", "optimizer")}
@@ -106,8 +112,46 @@ EOF
   ls -la "$OUT"
 }
 
+cands() {  # CANDS side by side at CAND_STEPS (a full schedule each), stopped at CAND_DEADLINE s; readouts + bf16 teachers
+  mkdir -p $W && tar -xJf .gpu/v04/cache.tar.xz -C $W || exit 1
+  nvidia-smi -L; nproc; python3 -c "import torch, numpy, sys; print(sys.version.split()[0], torch.__version__, numpy.__version__, torch.cuda.is_available())"
+  python3 -c "
+import time
+from biomjepa.data.shards import Corpus
+from biomjepa.train import load_config
+from biomjepa.train.distributed import init_distributed
+from biomjepa.train.setup import open_graph
+t = time.time()
+cfg = load_config('models/biomjepa-mini-v0.4.yaml', ['data.corpus=/tmp/v04/cache', 'probe.path=null', 'loop.device=cpu'])
+open_graph(cfg, Corpus('/tmp/v04/cache'), init_distributed('cpu'))
+print(f'graph built in {time.time() - t:.0f} s', flush=True)"
+  local N=${CAND_STEPS:-2400}
+  python3 $S run --levers ${CANDS:-shard source source-bal mixed} --parallel 9 --steps "$N" --warmup 200 \
+    --probe-every $((N / 2)) --keep 1 --no-f1 --corpus $W/cache --probes .gpu/v04/probes.npz --work $W/cands \
+    --prefix cand- --device cuda --workers "${CAND_WORKERS:-3}" --deadline "${CAND_DEADLINE:-300}" 2>&1 | tail -n 3
+  for f in $W/cands/cand-*.out; do echo "== $f"; grep "step" "$f" | tail -n 3; done
+  (cd $W/cands && tar -cf - cand-*/readouts_step000000.npz cand-*/readouts_step*$((N / 2)).npz \
+    cand-*/readouts_step*"$N".npz cand-*/probe2.jsonl cand-*/log.csv | split -b 15M - "$OUT/cands.tar.part")
+  python3 - $W/cands "$OUT" <<'EOF'
+import sys, torch
+from pathlib import Path
+for run in sorted(Path(sys.argv[1]).glob("cand-*-s42")):
+    states = sorted((run / "checkpoints").glob("step_*.pt"))
+    if not states:
+        continue
+    st = torch.load(states[-1], map_location="cpu", weights_only=True)
+    slim = {k: v for k, v in st.items() if k not in ("model", "optimizer")}
+    slim["teacher"] = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in slim["teacher"].items()}
+    torch.save(slim, Path(sys.argv[2]) / f"slim_{run.name}_{states[-1].stem}.pt")
+    print("slim", run.name, states[-1].name)
+EOF
+  ls -la "$OUT"
+}
+
 case "${1:-}" in
+  cands) cands ;;
   start) start ;;
+  all) LEVER_FINAL_ONLY=1 SLIM_ONE=1; start; wait_long ;;
   wait) wait_long ;;
   *) echo "usage: $0 start|wait"; exit 2 ;;
 esac

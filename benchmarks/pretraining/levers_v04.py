@@ -95,7 +95,7 @@ def load_probes(path: Path) -> dict:
     from biomjepa.data.tokenize import TokenizedCells
 
     z = np.load(path, allow_pickle=False)
-    return {n: ProbeSet(TokenizedCells(z[f"{n}_indptr"], z[f"{n}_genes"].astype(np.int64), z[f"{n}_values"],
+    return {n: ProbeSet(TokenizedCells(z[f"{n}_indptr"].astype(np.int64), z[f"{n}_genes"].astype(np.int64), z[f"{n}_values"].astype(np.float32),
                                        z[f"{n}_library"]), z[f"{n}_total"], z[f"{n}_nnz"], z[f"{n}_labels"])
             for n in SETS}
 

@@ -108,3 +108,20 @@ def test_the_contrasts_teach_a_tiny_model_to_tell_planted_cells_apart(tmp_path):
         assert late[acc].mean() > max(4 / 16, early[acc].mean() + 0.1), (term, log[acc].describe())
         assert late[term].mean() < early[term].mean(), term
     assert np.isfinite(log[["nce", "nce_acc", "view_nce", "view_nce_acc", "procrustes_cos"]].to_numpy()).all()
+
+
+def test_target_diagnostics_run_in_float32_under_a_bf16_autocast():
+    """The step's diagnostics are computed inside the training step's autocast; bf16 has no SVD or
+    eigensolver on CUDA (the H100 run of session 11 stopped at step 0 with "svd_cuda_gesvdj not implemented
+    for 'BFloat16'"), so they must leave the autocast and give the float32 figures."""
+    import torch
+
+    from biomjepa.train.health import target_diagnostics
+
+    g = torch.Generator().manual_seed(0)
+    pred, target = torch.randn(40, 8, generator=g), torch.randn(40, 8, generator=g)
+    cell = torch.arange(40) // 4
+    plain = target_diagnostics(pred, target, target, 1.0, cell)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = target_diagnostics(pred, target, target, 1.0, cell)
+    assert inside == plain

@@ -294,7 +294,12 @@ class Corpus:
         alternate between sources must not read a file per batch)."""
         if shard not in self._cache:
             with np.load(self.paths[shard]) as z:
-                self._cache[shard] = {k: z[k] for k in z.files}
+                arrays = {k: z[k] for k in z.files}
+            if arrays["indices"].dtype.itemsize < 4:  # a shard stored compactly (int16 ids, float16 counts):
+                arrays["indices"] = arrays["indices"].astype(np.int32)  # scipy's CSR needs int32 / float32
+            if arrays["data"].dtype.itemsize < 4:
+                arrays["data"] = arrays["data"].astype(np.float32)
+            self._cache[shard] = arrays
             while len(self._cache) > SHARDS_KEPT:
                 self._cache.pop(next(iter(self._cache)))
         return self._cache[shard]

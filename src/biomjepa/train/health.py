@@ -60,8 +60,13 @@ def procrustes_cosine(pred: torch.Tensor, target: torch.Tensor, fit: torch.Tenso
 def target_diagnostics(pred: torch.Tensor, target: torch.Tensor, raw: torch.Tensor, token_rms: float,
                        cell: torch.Tensor) -> dict[str, float]:
     """The diagnostics above for valid units: ``pred``, ``target`` (what the loss compares) and ``raw``
-    (targets before any per-dimension scaling) ``[N, D]``; ``cell [N]`` each unit's cell in the batch."""
-    pred, target, raw = pred.detach().float(), target.detach().float(), raw.detach().float()
+    (targets before any per-dimension scaling) ``[N, D]``; ``cell [N]`` each unit's cell in the batch.
+    Computed in float32 whatever the autocast around it (bf16 has no SVD or eigensolver on CUDA)."""
+    with torch.autocast(pred.device.type, enabled=False):
+        return _diagnostics(pred.detach().float(), target.detach().float(), raw.detach().float(), token_rms, cell)
+
+
+def _diagnostics(pred, target, raw, token_rms: float, cell) -> dict[str, float]:
     if pred.shape[0] < 2:
         return {k: float("nan") for k in DIAG_FIELDS}
     tc = target - target.mean(0)
