@@ -1,0 +1,249 @@
+"""Adaptation curves (issue 39): few-shot F1 and Leiden ARI of ``bj.tl.adapt``'s recipes against steps and seconds.
+
+Each tissue is adapted on its own cells only (labels are scored, never trained on), with the training half of
+``bj.tl.adapt`` (:func:`biomjepa.train.adapt`'s config on the bundled ``biomjepa-mini``), and the teacher and
+the student are read out every ``--every`` steps. Scores, next to PCA-50 of 2,000 HVGs (scanpy's standard
+path) and the base checkpoint's zero-shot embedding of the same cells:
+
+* ``f1``: few-shot k = 5 macro-F1 (``biomjepa.bench.probe.few_shot_f1``, 5 seeds) on the embedding a user
+  gets (adapted: standardized with statistics of these cells, as ``tl.adapt`` exports it; zero-shot: the
+  base checkpoint's fixed statistics);
+* ``leiden_ari``: Leiden with scanpy's defaults (15 neighbours, resolution 1, seed 0) on that embedding.
+
+Sets: ``validation`` = the 1,072 held-out sorted PBMCs (``sorted_celltype``) and Darmanis brain (420 cells, the
+46 ``hybrid`` cells dropped); ``test`` = the 1,074 pancreas cells (``bj.datasets.pancreas()``), scored once with
+the recipe chosen on the validation rows. Three steps, so the training can run where a GPU is::
+
+    python benchmarks/evaluation/adapt_curve.py prepare DIR --sets validation   # shards, labels, PCA-50 rows
+    python benchmarks/evaluation/adapt_curve.py train DIR --recipes keep,keep_lr3e-3,pca [--device cuda]
+    python benchmarks/evaluation/adapt_curve.py score DIR --csv adapt_curve_validation.csv
+
+``train`` needs only torch and the training code (no anndata); it runs every (set, recipe) in its own
+process, one CPU thread each, and records the seconds of training (read-outs excluded) and the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "scrna"
+SETS = {"validation": ("pbmc_val", "brain_val"), "test": ("pancreas_test",)}
+#: recipe name → entries of biomjepa.train.adapt.RECIPE
+RECIPES = {
+    "keep": {"gene_init": "checkpoint", "lr": 1e-3},
+    "keep_lr3e-3": {"gene_init": "checkpoint", "lr": 3e-3},
+    "keep_lr3e-4": {"gene_init": "checkpoint", "lr": 3e-4},
+    "pca": {"gene_init": "pca", "lr": 1e-3},
+}
+BASE = "biomjepa-mini"
+
+
+def load_set(name: str):
+    """``(adata, labels)`` of a cell set (raw counts)."""
+    import anndata as ad
+
+    import biomjepa as bj
+
+    if name == "pbmc_val":
+        a = ad.read_h5ad(SHARED / "pbmc_sorted_2140cells_raw.h5ad")
+        a = a[a.obs_names.isin(bj.datasets.heldout_cells("pbmc_sorted"))].copy()
+        labels = a.obs["sorted_celltype"]
+    elif name == "brain_val":
+        a = ad.read_h5ad(SHARED / "darmanis2015_brain_466cells_raw.h5ad")
+        a = a[(a.obs["cell_type"] != "hybrid").to_numpy()].copy()
+        labels = a.obs["cell_type"]
+    else:
+        a = bj.datasets.pancreas()
+        labels = a.obs["cell_type"]
+    return a, labels.astype(str).to_numpy()
+
+
+def prepare(root: Path, names: list[str]) -> None:
+    """Per set: the cells as a corpus shard, their labels, and the PCA-50 and timing rows (CPU)."""
+    import biomjepa as bj
+    from benchmarks.evaluation.scanpy_defaults import standard_path
+    from biomjepa.data.shard_file import write_shard
+
+    for name in names:
+        d = root / name
+        d.mkdir(parents=True, exist_ok=True)
+        a, labels = load_set(name)
+        bj.pp.map_vocab(a)
+        n = write_shard(a, d / "cells.npz")
+        rows = np.load(d / "cells.npz")["rows"]
+        assert n == len(rows) == a.n_obs, "every cell has a mapped gene"
+        np.save(d / "labels.npy", labels[rows].astype("U"))
+        t0 = time.perf_counter()
+        Z = standard_path(a, lognorm=False)
+        np.save(d / "pca50.npy", Z.astype(np.float32))
+        (d / "pca50.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}))
+        print(f"{name}: {n} cells, {len(set(labels))} types", flush=True)
+
+
+def train(root: Path, recipes: list[str], steps: int, every: int, device: str, seed: int) -> None:
+    """Every (set, recipe) in its own process (one CPU thread each), all at once."""
+    procs = []
+    for d in sorted(p for p in root.iterdir() if (p / "cells.npz").is_file()):
+        for r in recipes:
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+            cmd = [sys.executable, str(Path(__file__).resolve()), "_one", str(d), r, str(steps), str(every), device, str(seed)]
+            procs.append((d.name, r, subprocess.Popen(cmd, env=env)))
+    bad = [(s, r) for s, r, p in procs if p.wait() != 0]
+    if bad:
+        raise SystemExit(f"runs failed: {bad}")
+
+
+def train_one(d: Path, recipe: str, steps: int, every: int, device: str, seed: int) -> None:
+    """One adaptation run; teacher and student read out at steps 0, ``every`` and each quarter of ``steps``
+    (states are saved every ``every`` steps, so those must be multiples of it)."""
+    import shutil
+
+    import torch
+
+    from biomjepa._pretrained import load_model
+    from biomjepa.train.adapt import RECIPE, _config
+    from biomjepa.train.loop import pretrain
+
+    torch.set_num_threads(1)
+    work = d / f"work_{recipe}"
+    shutil.rmtree(work, ignore_errors=True)
+    rec = {**RECIPE, **RECIPES[recipe]}
+    cfg = _config(d / "cells.npz", work, load_model(BASE).config.to_dict(), BASE, steps, seed, rec, device, False, None)
+    cfg = cfg.replace(checkpoint_every=every, bf16=False)  # float32 everywhere: the CPU's arithmetic
+    out, clock = {}, {"paused": 0.0, "t0": time.perf_counter(), "seconds": {}}
+
+    def hook(step, teacher, run_dir):
+        t = time.perf_counter()
+        clock["seconds"][step] = t - clock["t0"] - clock["paused"]
+        if step in reads:
+            for which, Z in _readouts(cfg, run_dir, teacher, device).items():
+                out[f"{which}_{step}"] = Z.astype(np.float16)
+            info = {"recipe": rec, "steps": steps, "seconds": clock["seconds"], "device": _device_name(device)}
+            np.savez(d / f"curve_{recipe}.npz", info=np.array(json.dumps(info)), **out)  # partial curves survive
+        clock["paused"] += time.perf_counter() - t
+
+    reads = {0, every, *range(steps // 4, steps + 1, max(1, steps // 4))}  # 400, 50: 0, 50, 100, 200, 300, 400
+    pretrain(cfg, on_checkpoint=hook)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _readouts(cfg, run_dir: Path, teacher, device: str) -> dict[str, np.ndarray]:
+    """Raw pooled readouts of all cells by the teacher and the student of the state just saved (at step 0,
+    before any state: the teacher, which the student equals then)."""
+    from biomjepa._device import resolve_device
+    from biomjepa.data.shards import Corpus
+    from biomjepa.model import BiomJEPA
+    from biomjepa.nn.config import ModelConfig
+    from biomjepa.nn.inference import embed_cells
+    from biomjepa.train.checkpoint import encoder_weights, load_latest_state
+
+    latest = load_latest_state(run_dir)
+    weights = {"teacher": teacher.state_dict()} if latest is None else \
+        {w: encoder_weights(latest[1], w) for w in ("teacher", "student")}
+    corpus = Corpus(cfg.data.cache_dir)
+    cells = corpus.cells(0, np.arange(corpus.n_cells))
+    corpus.close()
+    model = BiomJEPA(ModelConfig.from_dict(cfg.model_config().to_dict()))
+    out = {}
+    for which, w in weights.items():
+        model.encoder.load_state_dict({k: v.detach().cpu() for k, v in w.items()})
+        out[which] = embed_cells(model, cells, batch_size=64, device=resolve_device(device))
+    return out
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    from biomjepa._device import resolve_device
+
+    dev = resolve_device(device)
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({torch.get_num_threads()} thread)"
+
+
+def _row(name: str, labels: np.ndarray, rep: str, Z: np.ndarray, **extra) -> dict:
+    from benchmarks.evaluation.scanpy_defaults import leiden_scores
+    from biomjepa.bench.probe import few_shot_f1
+
+    r = {"set": name, "representation": rep, "n_cells": len(labels), **extra, "f1": few_shot_f1(Z, labels)}
+    r |= leiden_scores(Z, labels)
+    print(r, flush=True)
+    return r
+
+
+def score(root: Path, csv: str) -> None:
+    """F1 and Leiden ARI of every read-out, PCA-50 and the zero-shot base; one CSV."""
+    from benchmarks._common import write_csv
+    from biomjepa._pretrained import load_model
+    from biomjepa.nn.readout import feature_stats
+
+    base = load_model(BASE)
+    mean, scale = base.feature_mean.numpy(), base.feature_scale.numpy()
+    rows = []
+    for d in sorted(p for p in root.iterdir() if (p / "labels.npy").is_file()):
+        labels = np.load(d / "labels.npy")
+        row = partial(_row, d.name, labels)
+
+        pca_seconds = json.loads((d / "pca50.json").read_text())["seconds"]
+        rows.append(row("PCA-50", np.load(d / "pca50.npy"), seconds=pca_seconds, device="cpu"))
+        for f in sorted(d.glob("curve_*.npz")):
+            Zs = np.load(f)
+            info = json.loads(str(Zs["info"]))
+            name = f.stem.removeprefix("curve_")
+            if info["recipe"]["gene_init"] == "checkpoint" and not any(r["set"] == d.name and r.get("step") == 0 for r in rows):
+                Z0 = Zs["teacher_0"].astype(np.float32)  # step 0 of a kept start: the base, as tl.embed reads it out
+                rows.append(row("zero-shot " + BASE, (Z0 - mean) / scale, step=0, seconds=0.0))
+            for key in (k for k in Zs.files if k != "info"):
+                which, step = key.rsplit("_", 1)
+                if int(step) == 0:
+                    continue
+                Z = Zs[key].astype(np.float32)
+                m, s = feature_stats(Z)
+                rows.append(row(f"adapt {name} {which}", (Z - m) / s, recipe=name, encoder=which, step=int(step),
+                                seconds=round(info["seconds"][step], 1), lr=info["recipe"]["lr"],
+                                gene_init=info["recipe"]["gene_init"], device=info["device"]))
+    print(write_csv(rows, csv))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("prepare")
+    a.add_argument("root", type=Path)
+    a.add_argument("--sets", choices=sorted(SETS), default="validation")
+    t = sub.add_parser("train")
+    t.add_argument("root", type=Path)
+    t.add_argument("--recipes", default="keep,keep_lr3e-3,pca")
+    t.add_argument("--steps", type=int, default=400)
+    t.add_argument("--every", type=int, default=50)
+    t.add_argument("--device", default="auto")
+    t.add_argument("--seed", type=int, default=0)
+    s = sub.add_parser("score")
+    s.add_argument("root", type=Path)
+    s.add_argument("--csv", default="adapt_curve_validation.csv")
+    o = sub.add_parser("_one")
+    for name in ("d", "recipe", "steps", "every", "device", "seed"):
+        o.add_argument(name)
+    args = p.parse_args()
+    if args.cmd == "prepare":
+        prepare(args.root, list(SETS[args.sets]))
+    elif args.cmd == "train":
+        train(args.root, args.recipes.split(","), args.steps, args.every, args.device, args.seed)
+    elif args.cmd == "score":
+        score(args.root, args.csv)
+    else:
+        train_one(Path(args.d), args.recipe, int(args.steps), int(args.every), args.device, int(args.seed))
+
+
+if __name__ == "__main__":
+    main()
