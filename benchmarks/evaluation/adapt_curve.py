@@ -20,6 +20,8 @@ the recipe chosen on the validation rows. Three steps, so the training can run w
 
 ``train`` needs only torch and the training code (no anndata); it runs every (set, recipe) in its own
 process, one CPU thread each, and records the seconds of training (read-outs excluded) and the device.
+``cpu-time --steps N`` times ``bj.tl.adapt`` itself on the pancreas cells on one CPU thread (with the shard,
+the gene graph and both embedding passes).
 """
 
 from __future__ import annotations
@@ -215,6 +217,29 @@ def score(root: Path, csv: str) -> None:
     print(write_csv(rows, csv))
 
 
+def cpu_time(steps: int) -> None:
+    """Wall time of ``bj.tl.adapt`` itself on the pancreas test cells, one torch thread (adapt_cpu_time.csv)."""
+    import shutil
+    import tempfile
+
+    import torch
+
+    import biomjepa as bj
+    from benchmarks._common import write_csv
+
+    torch.set_num_threads(1)
+    a = bj.datasets.pancreas()
+    out = Path(tempfile.mkdtemp()) / "ck"
+    t0 = time.perf_counter()
+    bj.tl.adapt(a, steps=steps, out_dir=out)
+    total = time.perf_counter() - t0
+    rec = a.uns["biomjepa"]["adapt"]
+    shutil.rmtree(out.parent)
+    row = {"cells": a.n_obs, "steps": rec["steps_done"], "threads": 1, "total_s": round(total, 1),
+           "train_s": rec["seconds"], "load_average_1min": os.getloadavg()[0], "cpus": os.cpu_count()}
+    print(row, write_csv([row], f"adapt_cpu_time_{steps}.csv"))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -231,6 +256,8 @@ def main() -> None:
     s = sub.add_parser("score")
     s.add_argument("root", type=Path)
     s.add_argument("--csv", default="adapt_curve_validation.csv")
+    c = sub.add_parser("cpu-time")
+    c.add_argument("--steps", type=int, default=20)
     o = sub.add_parser("_one")
     for name in ("d", "recipe", "steps", "every", "device", "seed"):
         o.add_argument(name)
@@ -241,6 +268,8 @@ def main() -> None:
         train(args.root, args.recipes.split(","), args.steps, args.every, args.device, args.seed)
     elif args.cmd == "score":
         score(args.root, args.csv)
+    elif args.cmd == "cpu-time":
+        cpu_time(args.steps)
     else:
         train_one(Path(args.d), args.recipe, int(args.steps), int(args.every), args.device, int(args.seed))
 

@@ -25,6 +25,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +153,8 @@ def _train(cfg, time_budget: float | None, t0: float) -> dict:
             raise _BudgetReached
 
     try:
-        pretrain(cfg, on_checkpoint=hook)
+        with _health_logged():
+            pretrain(cfg, on_checkpoint=hook)
     except _BudgetReached:
         logger.info("adapt: time budget of %.0f s reached", time_budget)
     else:
@@ -210,6 +212,25 @@ def _readout(state: dict, cfg, which: str, device: str) -> dict:
     Z = embed_cells(model, cells, batch_size=64, device=resolve_device(device))
     mean, scale = feature_stats(Z)
     return readout_entry(mean, scale, n_cells=len(cells), source=f"bj.tl.adapt: {len(cells)} of the adapted cells")
+
+
+@contextlib.contextmanager
+def _health_logged():
+    """The loop's learning-health warnings (:mod:`~biomjepa.train.health`) as INFO log lines: written for
+    pretraining from scratch, they fire on adaptation runs that learn (a fresh predictor's R² on targets that
+    move starts below 0 while the embedding's F1 rises; benchmarks/results/adapt_curve_validation.csv)."""
+    from .health import TrainingHealthWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TrainingHealthWarning)
+        try:
+            yield
+        finally:
+            for w in caught:
+                if issubclass(w.category, TrainingHealthWarning):
+                    logger.info("adapt: %s", w.message)
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 @contextlib.contextmanager
