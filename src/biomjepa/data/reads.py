@@ -51,6 +51,22 @@ def molecule_equivalents(counts: sparse.csr_matrix, totals: np.ndarray, scale: f
     return out, np.full(len(totals), float(scale))
 
 
+#: median library size above which raw counts look like plate-based reads (droplet cells hold 1–30 k molecules)
+READS_LIKE = 100_000
+
+
+def warn_if_reads(totals: np.ndarray, where: str) -> None:
+    """Warn when counts read as droplet UMIs have the library sizes of plate-based read counts."""
+    import warnings
+
+    if len(totals) and float(np.median(totals)) > READS_LIKE:
+        warnings.warn(
+            f"{where}: the median library size is {np.median(totals):,.0f}, the depth of plate-based read counts "
+            "(Smart-seq, C1, STRT), not of droplet molecules (UMIs). Read counts reach the model on another value "
+            "scale; pass input='reads' (command line: --input reads; training corpus entry: counts: reads) to "
+            "read them as molecule equivalents.", UserWarning, stacklevel=4)
+
+
 def check_count_kind(kind, where: str) -> str:
     """``kind`` if it is one of :data:`COUNT_KINDS`, else an error naming ``where`` and the choices."""
     if kind not in COUNT_KINDS:

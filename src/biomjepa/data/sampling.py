@@ -87,3 +87,25 @@ def mixed_plan(lengths: list[np.ndarray], seed: int, unit: int, n_units: int, ba
             for s in np.unique(shard[picked]):
                 pieces.append((int(s), row[picked[shard[picked] == s]]))
             yield pieces
+
+
+def plan_batches(corpus, batching: str, balance: float, seed: int, unit: int, n_units: int, batch_size: int,
+                 sort_pool: int, skip: int):
+    """:class:`~biomjepa.data.shards.CellBatch` es of the ``source`` / ``mixed`` plan of ``corpus`` for one unit,
+    from the ``skip``-th on (what :class:`~biomjepa.data.shards.ShardStream` yields for these batchings)."""
+    from .shards import CellBatch
+    from .tokenize import concat_cells
+
+    plan = source_plan if batching == "source" else mixed_plan
+    empty = True
+    for pieces in plan(corpus.lengths, seed, unit, n_units, batch_size, sort_pool, balance):
+        empty = False
+        if skip > 0:
+            skip -= 1
+            continue
+        cells = concat_cells([corpus.cells(sh, rows) for sh, rows in pieces])
+        ids = np.concatenate([np.stack([np.full(len(rows), sh), corpus.load(sh)["rows"][rows]], axis=1)
+                              for sh, rows in pieces])
+        yield CellBatch(cells, ids)
+    if empty:
+        raise ValueError(f"Data unit {unit}/{n_units} received no cells; the corpus is too small.")

@@ -48,7 +48,7 @@ from .corpus_spec import (  # noqa: F401 (corpus_inputs, changed_inputs, check_c
     check_corpus_listing,
     corpus_inputs,
 )
-from .tokenize import TokenizedCells, concat_cells, tokenize
+from .tokenize import TokenizedCells, tokenize
 
 logger = logging.getLogger(__name__)
 LOCK = ".lock"
@@ -79,7 +79,7 @@ def _convert(spec: dict, out: Path, vocab_size: int) -> dict:
     :func:`biomjepa.data.stream.iter_vocab_counts` (the same count check and vocabulary map as ``bj.tl.embed``).
     """
     from .idtable import map_var
-    from .reads import check_count_kind
+    from .reads import READS_LIKE, check_count_kind
     from .stream import iter_vocab_counts
 
     adata = _open_h5ad(spec["path"])
@@ -105,6 +105,10 @@ def _convert(spec: dict, out: Path, vocab_size: int) -> dict:
         X, rows, tot = X[: spec["max_cells"]], rows[: spec["max_cells"]], np.concatenate(totals)[: spec["max_cells"]]
     else:
         tot = np.concatenate(totals)
+    if not reads and len(tot) and float(np.median(tot)) > READS_LIKE:
+        logger.warning("corpus entry %s: median library size %s, the depth of plate-based read counts; if these are "
+                       "reads (Smart-seq, C1, STRT), add `counts: reads` to the entry", spec["path"],
+                       f"{np.median(tot):,.0f}")
     with atomic_path(out, suffix=".npz") as tmp:
         np.savez(tmp, data=X.data, indices=X.indices.astype(np.int32), indptr=X.indptr.astype(np.int64),
                  totals=tot, rows=rows)
@@ -371,7 +375,10 @@ class ShardStream(torch.utils.data.IterableDataset):
         unit, n_units = self.rank * n_workers + worker, self.world * n_workers
         skip = (self.start - worker + n_workers - 1) // n_workers
         if self.batching != "shard":
-            yield from self._pieces(unit, n_units, skip)
+            from .sampling import plan_batches
+
+            yield from plan_batches(self.corpus, self.batching, self.balance, self.seed, unit, n_units,
+                                    self.batch_size, self.sort_pool, skip)
             return
         for epoch in count():
             empty = True
@@ -384,22 +391,3 @@ class ShardStream(torch.utils.data.IterableDataset):
                 yield CellBatch(self.corpus.cells(shard, rows), ids)
             if empty:
                 raise ValueError(f"Data unit {unit}/{n_units} received no cells; the corpus is too small.")
-
-    def _pieces(self, unit: int, n_units: int, skip: int):
-        """Batches of the ``source`` / ``mixed`` plans (:mod:`biomjepa.data.sampling`), from the ``skip``-th on."""
-        from .sampling import mixed_plan, source_plan
-
-        plan = source_plan if self.batching == "source" else mixed_plan
-        empty = True
-        for pieces in plan(self.corpus.lengths, self.seed, unit, n_units, self.batch_size, self.sort_pool,
-                           self.balance):
-            empty = False
-            if skip > 0:
-                skip -= 1
-                continue
-            cells = concat_cells([self.corpus.cells(sh, rows) for sh, rows in pieces])
-            ids = np.concatenate([np.stack([np.full(len(rows), sh), self.corpus.load(sh)["rows"][rows]], axis=1)
-                                  for sh, rows in pieces])
-            yield CellBatch(cells, ids)
-        if empty:
-            raise ValueError(f"Data unit {unit}/{n_units} received no cells; the corpus is too small.")

@@ -6,8 +6,9 @@ the cells and on ``block_rng(seed, step, rank, micro)``, never on the model. :cl
 where the cells are read, inside the ``DataLoader``'s workers (``data.num_workers``), so with workers it runs
 while the model steps; the main process only moves the tensors to the device. The ``j``-th micro-batch a rank
 consumes (counted from the run's start, resumes included) is prepared with ``step = j // accumulation`` and
-``micro = j % accumulation`` whatever the number of workers: the same seed gives the same blocks with 0, 1 or
-8 workers.
+``micro = j % accumulation`` whatever the worker that prepares it: the same cells at the same position get the
+same blocks in a worker as in the main process. (Which cells make up the ``j``-th batch depends on the number of
+workers, as it always has: :class:`~biomjepa.data.shards.ShardStream` deals the corpus to (rank, worker) units.)
 """
 
 from __future__ import annotations
