@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
 import anndata as ad
 import numpy as np
@@ -104,6 +105,54 @@ def test_copy_and_key_added(tmp_path, base):
     out = bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "ck", copy=True, key_added="X_adapted")
     assert "X_adapted" not in adata.obsm and "biomjepa_token" not in adata.var
     assert out.obsm["X_adapted"].shape == (N, 64) and out.uns["X_adapted"]["adapt"]["steps_done"] == 2
+
+
+def test_counts_in_raw_or_a_layer_or_log_normalized(tmp_path, base):
+    import scanpy as sc
+
+    raw = cells()
+    raw.raw = raw.copy()
+    sc.pp.normalize_total(raw)
+    sc.pp.log1p(raw)
+    torch.set_num_threads(1)
+    ref = cells()
+    bj.tl.adapt(ref, base, steps=2, out_dir=tmp_path / "x", seed=5)
+    bj.tl.adapt(raw, base, steps=2, out_dir=tmp_path / "raw", use_raw=True, seed=5)
+    layer = cells()
+    layer.layers["counts"] = layer.X.copy()
+    layer.X = layer.X * 0.5
+    bj.tl.adapt(layer, base, steps=2, out_dir=tmp_path / "layer", layer="counts", seed=5)
+    lognorm = cells()
+    total = np.asarray(lognorm.X.sum(1)).ravel()
+    lognorm.obs["total_counts"] = total
+    sc.pp.normalize_total(lognorm)
+    sc.pp.log1p(lognorm)
+    torch.set_num_threads(1)  # scanpy's normalize_total leaves torch on more threads: one result per seed needs one
+    bj.tl.adapt(lognorm, base, steps=2, out_dir=tmp_path / "lognorm", input="lognorm", library_size_key="total_counts",
+                seed=5)
+    for other in (raw, layer, lognorm):
+        assert other.uns["biomjepa"]["adapt"]["weights_sha256"] == ref.uns["biomjepa"]["adapt"]["weights_sha256"]
+        np.testing.assert_allclose(other.obsm["X_biomjepa"], ref.obsm["X_biomjepa"], atol=1e-4)
+    assert "biomjepa_token" in raw.raw.var and "biomjepa_token" not in raw.var
+
+
+def test_a_mudata_modality(tmp_path, base):
+    mudata = pytest.importorskip("mudata")
+    m = mudata.MuData({"rna": cells()})
+    bj.tl.adapt(m, base, steps=2, out_dir=tmp_path / "ck")
+    assert m["rna"].obsm["X_biomjepa"].shape == (N, 64) and m.obsm["X_biomjepa"].shape == (N, 64)
+    assert m["rna"].uns["biomjepa"]["adapt"]["n_cells"] == N
+
+
+def test_the_default_directory_is_new_under_the_cache_and_removed_when_stopped(tmp_path, base, monkeypatch):
+    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache")
+    adata = cells()
+    bj.tl.adapt(adata, base, steps=2)
+    out = adata.uns["biomjepa"]["adapt"]["checkpoint"]
+    assert str(tmp_path / "cache" / "adapted") in out and (Path(out) / "SHA256SUMS").is_file()
+    with pytest.raises(ValueError, match="at least 200"):
+        bj.tl.adapt(cells(150), base, steps=2)
+    assert [p.name for p in (tmp_path / "cache" / "adapted").iterdir()] == [Path(out).name]
 
 
 def test_too_few_cells_are_refused_naming_the_minimum(tmp_path, base):

@@ -134,7 +134,12 @@ def adapt(
     token, mapped = _tokens(source, species)
     base = str(checkpoint if checkpoint is not None else settings.checkpoint)
     out = _out_dir(out_dir)
-    record = _train(source, layer, token, base, out, steps, seed, time_budget)
+    try:
+        record = _train(source, layer, token, base, out, steps, seed, time_budget)
+    except BaseException:
+        if out_dir is None and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # the empty default directory made for it
+        raise
     _write(adata, target, record, mapped=mapped, layer=layer, use_raw=use_raw, input=input,
            library_size_key=library_size_key, species=species, mod=mod, key_added=key_added)
     return adata if copy else None
