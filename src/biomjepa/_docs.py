@@ -70,7 +70,11 @@ FRAGMENTS: dict[str, str] = _fragments(
         """,
     input="""
         input
-            ``"counts"`` (default): raw integer counts. ``"lognorm"``: ``log1p(normalize_total(target_sum=T))``
+            ``"counts"`` (default): raw integer counts (droplet UMIs). ``"reads"``: raw plate-based read counts
+            (Smart-seq, C1, STRT; 0.2–3 M reads per cell), read as molecule equivalents on the droplet scale
+            (:func:`biomjepa.data.reads.molecule_equivalents`: counts per 10,000, genes under one unit dropped,
+            library 10,000); raw counts with read depth and ``"counts"`` get a warning that says so.
+            ``"lognorm"``: ``log1p(normalize_total(target_sum=T))``
             values of every gene (``sc.pp.normalize_total`` + ``sc.pp.log1p``, any ``T``), the only form many
             public datasets ship. They are checked (one ``T`` from the ``expm1`` row sums; ``expm1(x) · L / T``
             must be integer counts) and read as those counts, so the model sees the same input; scaled or

@@ -100,7 +100,7 @@ def annotation(
     baselines: Sequence[str] | None = None,
     layer: str | None = None,
     use_raw: bool = False,
-    input: Literal["counts", "lognorm"] = "counts",
+    input: Literal["counts", "reads", "lognorm"] = "counts",
     library_size_key: str | None = None,
 ) -> pd.DataFrame:
     """Few-shot cell-type annotation from frozen embeddings.

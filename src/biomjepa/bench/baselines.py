@@ -34,7 +34,7 @@ def add_baselines(
     *,
     layer: str | None = None,
     use_raw: bool = False,
-    input: Literal["counts", "lognorm"] = "counts",
+    input: Literal["counts", "reads", "lognorm"] = "counts",
     library_size_key: str | None = None,
     n_comps: int = 50,
     n_top_genes: int = 2000,
@@ -181,7 +181,7 @@ def resolve_reps(adata: AnnData, use_reps: Sequence[str] | str, baselines: Seque
 
 
 def lognorm_hvg(adata: AnnData, *, layer: str | None = None, use_raw: bool = False,
-                input: Literal["counts", "lognorm"] = "counts", library_size_key: str | None = None,
+                input: Literal["counts", "reads", "lognorm"] = "counts", library_size_key: str | None = None,
                 n_top_genes: int = 2000):
     """``log1p(normalize_total(counts, 1e4))`` of the highly variable genes and their column indices.
 
@@ -251,7 +251,7 @@ class PCATransform:
 
 def fit_pca(
     adata: AnnData, *, layer: str | None = None, use_raw: bool = False,
-    input: Literal["counts", "lognorm"] = "counts", library_size_key: str | None = None,
+    input: Literal["counts", "reads", "lognorm"] = "counts", library_size_key: str | None = None,
     n_comps: int = 50, n_top_genes: int = 2000, random_state: int = 0
 ) -> tuple[np.ndarray, PCATransform]:
     """Fit the ``"pca"`` baseline of :func:`add_baselines` without writing into ``adata``.

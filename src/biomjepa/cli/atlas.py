@@ -45,8 +45,9 @@ def build_parser(prog: str = "biomjepa embed") -> argparse.ArgumentParser:
     p.add_argument("--layer", default=None, help="layer holding raw counts in every input (default: X)")
     p.add_argument("--use-raw", action="store_true",
                    help="read the counts from adata.raw of every input (scanpy keeps them there; not with --layer)")
-    p.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "lognorm"],
-                   help="counts: raw integer counts; lognorm: log1p(normalize_total) values of every gene, checked "
+    p.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "reads", "lognorm"],
+                   help="counts: raw integer counts (droplet UMIs); reads: raw plate-based read counts (Smart-seq, C1, STRT), read "
+                   "as molecule equivalents; lognorm: log1p(normalize_total) values of every gene, checked "
                    "and read as the counts they came from (default: counts)")
     p.add_argument("--library-size-key", default=None, metavar="OBS_COLUMN",
                    help="with --input lognorm: obs column of total counts per cell (default: estimated, with a warning)")

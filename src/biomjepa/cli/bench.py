@@ -34,7 +34,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                    help=f"comma-separated subset of {','.join(TASKS)} (default: annotation,clustering,geometry)")
     b.add_argument("--layer", default=None, help="layer with raw counts for baselines and reconstruction (default: X)")
     b.add_argument("--use-raw", action="store_true", help="read the counts from adata.raw (not with --layer)")
-    b.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "lognorm"],
+    b.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "reads", "lognorm"],
                    help="counts: raw integer counts (checked); lognorm: log1p(normalize_total) values, taken as such "
                    "(default: counts)")
     b.add_argument("--library-size-key", default=None, metavar="OBS_COLUMN",

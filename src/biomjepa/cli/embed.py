@@ -35,8 +35,9 @@ def add_embed_parser(subparsers) -> argparse.ArgumentParser:
     e.add_argument("--layer", default=None, help="layer holding raw counts (default: X)")
     e.add_argument("--use-raw", action="store_true",
                    help="read the counts from adata.raw (scanpy keeps them there; not with --layer)")
-    e.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "lognorm"],
-                   help="counts: raw integer counts; lognorm: log1p(normalize_total) values of every gene, checked "
+    e.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "reads", "lognorm"],
+                   help="counts: raw integer counts (droplet UMIs); reads: raw plate-based read counts (Smart-seq, C1, STRT), read "
+                   "as molecule equivalents; lognorm: log1p(normalize_total) values of every gene, checked "
                    "and read as the counts they came from (default: counts)")
     e.add_argument("--library-size-key", default=None, metavar="OBS_COLUMN",
                    help="with --input lognorm: obs column of total counts per cell (default: estimated, with a warning)")

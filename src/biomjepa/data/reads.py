@@ -63,8 +63,8 @@ def warn_if_reads(totals: np.ndarray, where: str) -> None:
         warnings.warn(
             f"{where}: the median library size is {np.median(totals):,.0f}, the depth of plate-based read counts "
             "(Smart-seq, C1, STRT), not of droplet molecules (UMIs). Read counts reach the model on another value "
-            "scale; pass input='reads' (command line: --input reads; training corpus entry: counts: reads) to "
-            "read them as molecule equivalents.", UserWarning, stacklevel=4)
+            "scale; pass input='reads' (in a training corpus entry: counts: reads) to read them as "
+            "molecule equivalents.", UserWarning, stacklevel=4)
 
 
 def check_count_kind(kind, where: str) -> str:

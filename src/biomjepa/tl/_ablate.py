@@ -48,7 +48,7 @@ def ablate_programme(
     graph=None,
     layer: str | None = None,
     use_raw: bool = False,
-    input: Literal["counts", "lognorm"] = "counts",
+    input: Literal["counts", "reads", "lognorm"] = "counts",
     library_size_key: str | None = None,
     n_bins: int = 10,
     batch_size: int | None = None,

@@ -78,7 +78,7 @@ def programme_dependencies(
     graph=None,
     layer: str | None = None,
     use_raw: bool = False,
-    input: Literal["counts", "lognorm"] = "counts",
+    input: Literal["counts", "reads", "lognorm"] = "counts",
     library_size_key: str | None = None,
     n_bins: int = 10,
     random_state: int = 0,

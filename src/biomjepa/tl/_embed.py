@@ -27,7 +27,7 @@ def embed(
     checkpoint: str | None = None,
     layer: str | None = None,
     use_raw: bool = False,
-    input: Literal["counts", "lognorm"] = "counts",
+    input: Literal["counts", "reads", "lognorm"] = "counts",
     library_size_key: str | None = None,
     batch_size: int | None = None,
     device: str = "auto",

@@ -42,7 +42,7 @@ def finetune(
     checkpoint: str | None = None,
     layer: str | None = None,
     use_raw: bool = False,
-    input: Literal["counts", "lognorm"] = "counts",
+    input: Literal["counts", "reads", "lognorm"] = "counts",
     library_size_key: str | None = None,
     train_frac: float = 0.6,
     valid_frac: float = 0.2,

@@ -90,7 +90,7 @@ def max_token(
     checkpoint: str | None = None,
     layer: str | None = None,
     use_raw: bool = False,
-    input: Literal["counts", "lognorm"] = "counts",
+    input: Literal["counts", "reads", "lognorm"] = "counts",
     library_size_key: str | None = None,
     batch_size: int | None = None,
     device: str = "auto",
