@@ -76,8 +76,8 @@ class Settings:
         ``"bf16"`` (bf16 autocast: GEMMs in bf16, the residual stream, pooling and readout in float32) or
         ``"auto"`` (bf16 on CUDA and on a CPU with bf16 matrix units, AMX or AVX512-BF16, measured faster
         than float32 once per process; float32 elsewhere; :func:`biomjepa._device.resolve_precision`).
-        On a CPU with AMX bf16 embeds several times faster with per-cell cosine ≈ 0.998 to float32
-        (``docs/performance.md``). What was used is recorded in ``uns[...]["params"]["precision"]``.
+        On a 2-core Xeon with AMX bf16 multiplies 3-7x faster and embeds the bundled model about 1.5x faster,
+        per-cell cosine ≥ 0.994 (mean 0.998) to float32 (``docs/performance.md``). What was used is recorded in ``uns[...]["params"]["precision"]``.
         Pretraining has its own ``loop.precision`` (default ``"auto"``).
     download_timeout
         Seconds a checkpoint download (all its files) may take before it stops with an error

@@ -50,8 +50,8 @@ def add_embed_parser(subparsers) -> argparse.ArgumentParser:
     e.add_argument("--batch-size", type=positive_int, default=None, help=BATCH_SIZE_HELP)
     e.add_argument("--device", default="auto", help=DEVICE_HELP)
     e.add_argument("--precision", default=None, choices=["fp32", "bf16", "auto"],
-                   help="what the encoder multiplies in: fp32, bf16 (several times faster on CPUs with AMX; per-cell "
-                        "cosine ~0.998 to fp32) or auto (bf16 on CUDA and on CPUs with bf16 units) (default: "
+                   help="what the encoder multiplies in: fp32, bf16 (~1.5x faster embedding on CPUs with AMX; per-cell "
+                        "cosine >= 0.994 to fp32) or auto (bf16 on CUDA and on CPUs with bf16 units) (default: "
                         "bj.settings.precision, fp32)")
     e.add_argument("--store", metavar="OUT.zarr", default=None,
                    help="atlas mode: `biomjepa embed INPUT... --store OUT.zarr` embeds many .h5ad files (or globs) into "
