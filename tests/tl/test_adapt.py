@@ -239,7 +239,7 @@ def test_cli_adapt_writes_the_checkpoint_and_the_embedding(tmp_path, base, capsy
 
     adata = cells()
     adata.write_h5ad(tmp_path / "in.h5ad")
-    code = main(["--no-progress", "adapt", str(tmp_path / "in.h5ad"), "--out", str(tmp_path / "ck"),
+    code = main(["adapt", str(tmp_path / "in.h5ad"), "--out", str(tmp_path / "ck"),
                  "--checkpoint", base, "--steps", "2", "--embed", str(tmp_path / "out.h5ad")])
     assert code == 0, capsys.readouterr().err
     out = ad.read_h5ad(tmp_path / "out.h5ad")
