@@ -140,9 +140,8 @@ def embed_atlas(
         dev = resolve_device(device)
         if dev.type == "cuda" and dev.index is None:
             dev = _cuda(local)
-        model = load_model(checkpoint)
+        model, precision = load_model(checkpoint), resolve_precision(precision, dev)
         bs = int(batch_size or settings.batch_size)
-        precision = resolve_precision(precision, dev)
         wanted = _manifest(model, inps, block_rows=block_rows, batch_size=bs, dev=dev, read_kw=read_kw,
                            gene_key=gene_key, species=species, id_type=id_type, precision=precision)
         map_kw = {"gene_key": gene_key, "species": species, "id_type": id_type, "layer": layer, "use_raw": use_raw}
