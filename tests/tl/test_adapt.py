@@ -136,6 +136,13 @@ def test_counts_in_raw_or_a_layer_or_log_normalized(tmp_path, base):
     assert "biomjepa_token" in raw.raw.var and "biomjepa_token" not in raw.var
 
 
+def test_plate_reads_are_learnt_as_molecule_equivalents(tmp_path, base):
+    adata = cells()
+    adata.X = adata.X * 300  # a plate's read depth
+    bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "ck", input="reads")
+    assert adata.obsm["X_biomjepa"].shape == (N, 64) and adata.uns["biomjepa"]["params"]["input"] == "reads"
+
+
 def test_a_mudata_modality(tmp_path, base):
     mudata = pytest.importorskip("mudata")
     m = mudata.MuData({"rna": cells()})

@@ -23,8 +23,9 @@ def add_adapt_parser(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--checkpoint", default=None, help="base " + CHECKPOINT_HELP)
     a.add_argument("--layer", default=None, help="layer holding raw counts (default: X)")
     a.add_argument("--use-raw", action="store_true", help="read the counts from adata.raw (not with --layer)")
-    a.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "lognorm"],
-                   help="counts: raw integer counts; lognorm: log1p(normalize_total) values (default: counts)")
+    a.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "reads", "lognorm"],
+                   help="counts: raw integer counts (droplet UMIs); reads: plate-based read counts (Smart-seq), read as "
+                   "molecule equivalents; lognorm: log1p(normalize_total) values (default: counts)")
     a.add_argument("--library-size-key", default=None, metavar="OBS_COLUMN",
                    help="with --input lognorm: obs column of total counts per cell (default: estimated)")
     a.add_argument("--species", default="human", choices=["human", "mouse"],

@@ -51,7 +51,7 @@ def adapt(
     *,
     layer: str | None = None,
     use_raw: bool = False,
-    input: Literal["counts", "lognorm"] = "counts",
+    input: Literal["counts", "reads", "lognorm"] = "counts",
     library_size_key: str | None = None,
     species: str = "human",
     steps: int | None = None,
