@@ -145,11 +145,10 @@ def train_one(name: str, args) -> None:
 def run_parallel(names: list[str], args) -> None:
     """Each lever in its own process; at ``--deadline`` seconds every run still going gets SIGTERM (it saves)."""
     t0 = time.time()
-    procs = {}
+    procs, logs = {}, {n: open(Path(args.work) / f"{args.prefix}{n}.out", "w") for n in names}  # noqa: SIM115
     for n in names:
         cmd = [sys.executable, __file__, "run", "--one", n, *sys.argv[sys.argv.index("run") + 1:]]
-        procs[n] = subprocess.Popen(cmd, stdout=open(Path(args.work) / f"{args.prefix}{n}.out", "w"),
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+        procs[n] = subprocess.Popen(cmd, stdout=logs[n], stderr=subprocess.STDOUT, start_new_session=True)
     while any(p.poll() is None for p in procs.values()):
         if args.deadline and time.time() - t0 > args.deadline:
             for p in procs.values():
@@ -162,10 +161,22 @@ def run_parallel(names: list[str], args) -> None:
                     os.killpg(p.pid, signal.SIGKILL)
             break
         time.sleep(2)
+    for f in logs.values():
+        f.close()
     print({n: p.returncode for n, p in procs.items()}, f"{time.time() - t0:.0f} s", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- score
+def reference_readouts(checkpoint: str, out: Path) -> None:
+    """A shipped checkpoint's encoder through the same hook (its readouts at 'step 0'), once."""
+    from biomjepa._pretrained import load_model
+
+    if not (out / "readouts_step000000.npz").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        prep(out)
+        ReadoutHook(out / "probes.npz", f1=False)(0, load_model(checkpoint).encoder, out)
+
+
 def score(work: Path, csv: Path, seeds: int) -> None:
     import pandas as pd
 
@@ -178,16 +189,19 @@ def score(work: Path, csv: Path, seeds: int) -> None:
     for run in sorted(p for p in work.iterdir() if p.is_dir()):
         for f in sorted(run.glob("readouts_step*.npz")):
             step = int(f.stem.split("step")[1])
-            z = np.load(f)
-            for key in z.files:
+            z = dict(np.load(f))
+            for name in SETS:  # the concatenation of the two readouts the issue names
+                z[f"{name}/max_top5+mean_wmean"] = np.hstack([z[f"{name}/max_top5"], z[f"{name}/mean_wmean"]])
+            for key, Z in z.items():
                 name, k = key.split("/")
-                Z = z[key].astype(np.float32)
-                Zs = (Z - Z.mean(0)) / (Z.std(0) + 1e-6)
-                rows.append({"run": run.name, "step": step, "presentations": step * 64, "set": name, "readout": k,
-                             "macro_f1_k5": few_shot_f1(Z, labels[name]),
-                             **leiden_scores(Zs, labels[name], tuple(range(seeds)))})
-            print(pd.DataFrame(rows[-len(z.files):])[["run", "step", "set", "readout", "macro_f1_k5", "leiden_ari"]]
-                  .round(3).to_string(index=False), flush=True)
+                Z = Z.astype(np.float32)
+                for fixed_map in ("standardized", "raw"):  # Leiden on the cells' own standardization, or as read out
+                    Zm = (Z - Z.mean(0)) / (Z.std(0) + 1e-6) if fixed_map == "standardized" else Z
+                    rows.append({"run": run.name, "step": step, "presentations": step * 64, "set": name,
+                                 "readout": k, "map": fixed_map, "macro_f1_k5": few_shot_f1(Z, labels[name]),
+                                 **leiden_scores(Zm, labels[name], tuple(range(seeds)))})
+            print(pd.DataFrame(rows[-2 * len(z):])[["run", "step", "set", "readout", "map", "macro_f1_k5",
+                                                      "leiden_ari"]].round(3).to_string(index=False), flush=True)
     table = pd.DataFrame(rows)
     table.to_csv(csv, index=False)
 
@@ -220,11 +234,15 @@ def main() -> None:
     s.add_argument("--work", type=Path, default=Path("/tmp/levers_v04"))
     s.add_argument("--csv", type=Path, default=REPO / "benchmarks" / "results" / "pretrain_levers_v04.csv")
     s.add_argument("--leiden-seeds", type=int, default=3)
+    s.add_argument("--reference", default=None, help="also store readouts of this checkpoint (e.g. biomjepa-mini) as "
+                   "the run 'reference' at step 0, scored with the runs")
     args = p.parse_args()
     os.chdir(REPO)
     if args.cmd == "prep":
         prep(args.out)
     elif args.cmd == "score":
+        if args.reference:
+            reference_readouts(args.reference, args.work / "reference")
         score(args.work, args.csv, args.leiden_seeds)
     elif args.one:
         train_one(args.one, args)
