@@ -89,7 +89,8 @@ def dtype_label(device, precision: str | None = None) -> str:
     return "bfloat16-autocast" if resolve_precision(precision, device) == "bf16" else "float32"
 
 
-def cpu_bf16_units() -> list[str]:
+@functools.cache
+def cpu_bf16_units() -> tuple[str, ...]:
     """The bf16 matrix units this CPU reports: ``amx_bf16`` (Intel AMX, Sapphire Rapids and later) and/or
     ``avx512_bf16`` (Cooper Lake, Zen 4 and later); empty where it reports none.
 
@@ -100,9 +101,9 @@ def cpu_bf16_units() -> list[str]:
     cpu = getattr(torch, "cpu", None)
     checks = {"amx_bf16": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported"}
     if cpu is not None and all(hasattr(cpu, f) for f in checks.values()):
-        return [name for name, f in checks.items() if getattr(cpu, f)()]
+        return tuple(name for name, f in checks.items() if getattr(cpu, f)())
     flags = _cpuinfo_flags()
-    return [name for name in checks if name in flags]
+    return tuple(name for name in checks if name in flags)
 
 
 def _cpuinfo_flags() -> set[str]:
