@@ -39,6 +39,7 @@ NOTEBOOKS = {
     "04_benchmark_and_finetune.ipynb": False,
     "05_multimodal_muon.ipynb": True,
     "06_lognormalized_data.ipynb": False,
+    "07_adapt_to_your_cells.ipynb": False,
 }
 # docs/figures/*.png → what draws it (scripts/run_tutorials.py)
 FIGURE_SOURCES = {
