@@ -40,6 +40,9 @@ def row(name: str, kind: str, cells) -> dict:
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     import anndata as ad
 
     import biomjepa as bj
