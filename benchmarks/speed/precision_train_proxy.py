@@ -6,7 +6,7 @@ each ``--seeds``, one after the other in this process, and compares their logged
 ``--window`` steps: for every logged quantity, the bf16 − fp32 difference of the same seed against the
 difference between the float32 seeds. Writes every step of every run (``…_curves.csv``) and the comparison.
 
-    python benchmarks/speed/precision_train_proxy.py --steps 150 --batch 32 --seeds 42 43
+    python benchmarks/speed/precision_train_proxy.py --steps 60 --batch 16 --window 15   # docs/performance.md
 """
 
 from __future__ import annotations
