@@ -177,7 +177,7 @@ def reference_readouts(checkpoint: str, out: Path) -> None:
         ReadoutHook(out / "probes.npz", f1=False)(0, load_model(checkpoint).encoder, out)
 
 
-def score(work: Path, csv: Path, seeds: int) -> None:
+def score(work: Path, csv: Path, seeds: int, steps: str = "all") -> None:
     import pandas as pd
 
     sys.path.insert(0, str(REPO))
@@ -187,7 +187,10 @@ def score(work: Path, csv: Path, seeds: int) -> None:
     labels = {n: validation_set(n)[1] for n in SETS}
     rows = []
     for run in sorted(p for p in work.iterdir() if p.is_dir()):
-        for f in sorted(run.glob("readouts_step*.npz")):
+        files = sorted(run.glob("readouts_step*.npz"))
+        if steps == "ends":  # step 0 and the last step only
+            files = [f for f in files if f in (files[0], files[-1])]
+        for f in files:
             step = int(f.stem.split("step")[1])
             z = dict(np.load(f))
             for name in SETS:  # the concatenation of the two readouts the issue names
@@ -234,6 +237,7 @@ def main() -> None:
     s.add_argument("--work", type=Path, default=Path("/tmp/levers_v04"))
     s.add_argument("--csv", type=Path, default=REPO / "benchmarks" / "results" / "pretrain_levers_v04.csv")
     s.add_argument("--leiden-seeds", type=int, default=3)
+    s.add_argument("--steps", choices=["all", "ends"], default="all", help="every stored step, or step 0 and the last")
     s.add_argument("--reference", default=None, help="also store readouts of this checkpoint (e.g. biomjepa-mini) as "
                    "the run 'reference' at step 0, scored with the runs")
     args = p.parse_args()
@@ -243,7 +247,7 @@ def main() -> None:
     elif args.cmd == "score":
         if args.reference:
             reference_readouts(args.reference, args.work / "reference")
-        score(args.work, args.csv, args.leiden_seeds)
+        score(args.work, args.csv, args.leiden_seeds, args.steps)
     elif args.one:
         train_one(args.one, args)
     else:
