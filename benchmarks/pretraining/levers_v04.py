@@ -10,12 +10,14 @@ and the run itself logs F1 (``probe2.csv``).
 
 Three commands, so that the training can run on a machine without anndata or scanpy (a GPU machine):
 
-    python benchmarks/pretraining/levers_v04.py prep --out .gpu/v04           # probes.npz + the corpus cache
+    python -m biomjepa.train models/biomjepa-mini-v0.4.yaml --set run.stop_at=1   # prepares /tmp/bj_v04/cache
+    python benchmarks/pretraining/levers_v04.py prep --out .gpu/v04 --cache /tmp/bj_v04/cache  # probes + cache
     python benchmarks/pretraining/levers_v04.py run --levers shard source ... --steps 400 --parallel 8 \
         --corpus .gpu/v04/cache --probes .gpu/v04/probes.npz --work /tmp/levers --device cuda --deadline 240
     python benchmarks/pretraining/levers_v04.py score --work /tmp/levers      # F1 + Leiden ARI → results CSV
 
-``run --long NAME`` trains one lever's recipe for the long run instead (``--steps`` of a full schedule).
+The long run is the same ``run`` with one lever and a full schedule (``--steps 8000 --no-f1 --workers 12``), as
+``benchmarks/gpu/v04_session.sh`` starts it on a GPU machine.
 """
 
 from __future__ import annotations
@@ -88,6 +90,28 @@ def prep(out: Path) -> None:
                    f"{name}_nnz": np.asarray((X > 0).sum(1)).ravel().astype(float)}
         print(f"{name}: {a.n_obs} cells, {len(set(labels))} labels", flush=True)
     np.savez_compressed(out / "probes.npz", **arrays)
+
+
+def pack_cache(cache: Path, out: Path) -> None:
+    """A prepared corpus cache as ``out/cache.tar.xz``, compact enough to travel with the checkout (64 MiB in all):
+    shards with float16 counts and int16 gene ids (``Corpus`` reads them back as float32 / int32; counts above 2,048
+    and the fractional molecule equivalents are rounded to float16's 11 bits), the graph left to be rebuilt."""
+    import shutil
+    import tarfile
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dst = Path(tmp) / "cache"
+        dst.mkdir()
+        shutil.copy(cache / "manifest.json", dst / "manifest.json")
+        for p in sorted(cache.glob("shard_*.npz")):
+            with np.load(p) as z:
+                d = {k: z[k] for k in z.files}
+            d["data"], d["indices"] = d["data"].astype(np.float16), d["indices"].astype(np.int16)  # V < 2**15
+            np.savez(dst / p.name, **d)
+        with tarfile.open(out / "cache.tar.xz", "w:xz") as tar:
+            tar.add(dst, arcname="cache")
+    print(f"{out / 'cache.tar.xz'}: {(out / 'cache.tar.xz').stat().st_size / 2**20:.1f} MiB", flush=True)
 
 
 def load_probes(path: Path) -> dict:
@@ -214,6 +238,7 @@ def main() -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("prep")
     a.add_argument("--out", type=Path, default=REPO / ".gpu" / "v04")
+    a.add_argument("--cache", type=Path, default=None, help="also pack this prepared corpus cache (cache.tar.xz)")
     r = sub.add_parser("run")
     r.add_argument("--levers", nargs="+", default=["shard"], choices=list(LEVERS))
     r.add_argument("--one", default=None, help=argparse.SUPPRESS)
@@ -244,6 +269,8 @@ def main() -> None:
     os.chdir(REPO)
     if args.cmd == "prep":
         prep(args.out)
+        if args.cache:
+            pack_cache(args.cache, args.out)
     elif args.cmd == "score":
         if args.reference:
             reference_readouts(args.reference, args.work / "reference")
