@@ -20,9 +20,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "nn": BASE | {"data"},
     "model": BASE | {"data", "nn"},
     "_pretrained": BASE | {"model"},
-    "train": BASE | {"data", "nn", "model"},
+    "train": BASE | {"data", "nn", "model", "_pretrained"},  # model.init_from resolves registry names
     "pp": BASE | {"data"} | ANNDATA,
-    "tl": BASE | {"data", "nn", "model", "_pretrained", "train"} | ANNDATA,
+    "tl": BASE | {"data", "nn", "model", "_pretrained", "train", "pp"} | ANNDATA,  # tl.adapt maps genes (species=)
     "embed": BASE | {"data", "nn", "model", "_pretrained", "pp"} | ANNDATA,
     "bench": BASE | {"data", "nn", "model", "_pretrained", "pp", "tl"} | ANNDATA,
     "pl": BASE | {"bench"} | ANNDATA,
@@ -32,8 +32,8 @@ MAY_IMPORT: dict[str, set[str]] = {
 }
 #: ``python -m biomjepa.train`` / ``python -m biomjepa.embed`` are two-line shims into the command line
 SHIMS = {"train/__main__.py", "embed/__main__.py"}
-#: the only thing tl takes from train (a function returning plain arrays)
-TL_FROM_TRAIN = {"biomjepa.train.target_errors"}
+#: what tl takes from train: functions of plain arrays and paths (target errors; adapt's training on a written shard)
+TL_FROM_TRAIN = {"biomjepa.train.target_errors", "biomjepa.train.adapt"}
 
 
 def part_of(path: Path) -> str:

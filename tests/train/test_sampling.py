@@ -53,9 +53,9 @@ def test_stream_is_seeded_and_resumes_exactly(corpus, batching):
 
 
 def test_stream_refuses_an_unknown_batching_in_config_words(corpus):
-    with pytest.raises(ValueError, match="data.batching"):
+    with pytest.raises(ValueError, match=r"data\.batching"):
         ShardStream(corpus, batch_size=4, seed=0, batching="tissue")
-    with pytest.raises(ValueError, match="data.balance"):
+    with pytest.raises(ValueError, match=r"data\.balance"):
         ShardStream(corpus, batch_size=4, seed=0, batching="source", balance=2)
 
 

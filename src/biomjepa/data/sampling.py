@@ -91,9 +91,8 @@ def mixed_plan(lengths: list[np.ndarray], seed: int, unit: int, n_units: int, ba
 
 def plan_batches(corpus, batching: str, balance: float, seed: int, unit: int, n_units: int, batch_size: int,
                  sort_pool: int, skip: int):
-    """:class:`~biomjepa.data.shards.CellBatch` es of the ``source`` / ``mixed`` plan of ``corpus`` for one unit,
-    from the ``skip``-th on (what :class:`~biomjepa.data.shards.ShardStream` yields for these batchings)."""
-    from .shards import CellBatch
+    """``(cells, ids)`` of the ``source`` / ``mixed`` plan of ``corpus`` for one unit, from the ``skip``-th batch on
+    (what :class:`~biomjepa.data.shards.ShardStream` wraps into its batches for these batchings)."""
     from .tokenize import concat_cells
 
     plan = source_plan if batching == "source" else mixed_plan
@@ -106,6 +105,6 @@ def plan_batches(corpus, batching: str, balance: float, seed: int, unit: int, n_
         cells = concat_cells([corpus.cells(sh, rows) for sh, rows in pieces])
         ids = np.concatenate([np.stack([np.full(len(rows), sh), corpus.load(sh)["rows"][rows]], axis=1)
                               for sh, rows in pieces])
-        yield CellBatch(cells, ids)
+        yield cells, ids
     if empty:
         raise ValueError(f"Data unit {unit}/{n_units} received no cells; the corpus is too small.")

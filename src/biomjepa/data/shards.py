@@ -377,8 +377,9 @@ class ShardStream(torch.utils.data.IterableDataset):
         if self.batching != "shard":
             from .sampling import plan_batches
 
-            yield from plan_batches(self.corpus, self.batching, self.balance, self.seed, unit, n_units,
-                                    self.batch_size, self.sort_pool, skip)
+            for cells, ids in plan_batches(self.corpus, self.batching, self.balance, self.seed, unit, n_units,
+                                           self.batch_size, self.sort_pool, skip):
+                yield CellBatch(cells, ids)
             return
         for epoch in count():
             empty = True
