@@ -278,6 +278,13 @@ PANELS = {
 }
 
 
+#: how each file of ../shared/data/scrna names its genes (its README): mouse symbols, or Ensembl ids with the
+#: symbols in a column
+MAPPING_KEYS = {"baron2016": {}, "zilionis2019": {"species": "mouse"}, "grun2016": {"species": "mouse"},
+                "islam2011": {"species": "mouse"}, "goolam2016": {"species": "mouse", "gene_key": "gene_symbol"},
+                "mls": {"gene_key": "gene_symbol"}}
+
+
 @pytest.mark.shared
 @pytest.mark.slow
 def test_panel_warning_on_real_files(shared_data):
@@ -288,7 +295,8 @@ def test_panel_warning_on_real_files(shared_data):
         a = ad.read_h5ad(f, backed="r")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            bj.pp.map_vocab(a, species="mouse" if f.name.startswith("baron2016_mouse") else "human")
+            mouse = {"species": "mouse"} if f.name.startswith("baron2016_mouse") else {}
+            bj.pp.map_vocab(a, **(mouse or MAPPING_KEYS.get(f.name.split("_")[0], {})))
         warned = any("gene panel" in str(w.message) for w in caught)
         assert warned == (f.name in PANELS), (f.name, report(a)["vocab_coverage"])
         a.file.close()
