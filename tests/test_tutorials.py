@@ -143,6 +143,8 @@ def _execute(name: str, monkeypatch) -> None:
     from nbclient import NotebookClient
 
     monkeypatch.setenv("MPLBACKEND", "Agg")  # inherited by the kernel process
+    monkeypatch.setenv("PYTHONHASHSEED", "0")  # as scripts/run_tutorials.py runs them
+    monkeypatch.setenv("PYTHONWARNINGS", "ignore:IProgress not found")
     nb = nbformat.read(TUTORIALS / name, as_version=4)
     client = NotebookClient(
         nb,

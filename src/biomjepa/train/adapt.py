@@ -226,7 +226,12 @@ def _health_logged():
         try:
             yield
         finally:
+            seen = set()  # each distinct warning once: a progress bar can warn at every refresh
             for w in caught:
+                key = (w.category, str(w.message), w.filename, w.lineno)
+                if key in seen:
+                    continue
+                seen.add(key)
                 if issubclass(w.category, TrainingHealthWarning):
                     logger.info("adapt: %s", w.message)
                 else:
