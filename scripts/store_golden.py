@@ -5,7 +5,8 @@
 Embeds the first 96 cells of ``bj.datasets.pancreas()`` with ``bj.tl.embed`` at batch size 16 on the CPU
 and writes their names, the float32 embedding, the CPU's torch capability (bit-exact comparisons are only
 made on a CPU with the same one) and the checkpoint name the embedding recorded, atomically. Run it only
-when a bundled checkpoint is added or replaced on purpose, never to make a failing golden test pass.
+when a bundled checkpoint is added or replaced, or the demo cells' data change (issue 46: their gene symbols),
+on purpose, never to make a failing golden test pass; say how far the values moved (test_golden.py's docstring).
 """
 
 from __future__ import annotations

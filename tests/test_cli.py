@@ -293,3 +293,68 @@ def test_embed_use_raw_reads_the_counts_in_raw_and_speaks_in_flags(counts_adata,
     assert main(["embed", str(tmp_path / "counts.h5ad"), str(tmp_path / "c.h5ad"), *args]) == 0
     o, c = ad.read_h5ad(tmp_path / "o.h5ad"), ad.read_h5ad(tmp_path / "c.h5ad")
     np.testing.assert_allclose(o.obsm["X_biomjepa"], c.obsm["X_biomjepa"], rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------- issue 46: the command line speaks in flags, warnings once, plainly
+def test_a_warning_is_printed_once_in_flags_without_python_source_lines(counts_adata, tiny_checkpoint, tmp_path, capsys):
+    """The reads warning said `input='reads'` (and a training-corpus aside) under Python's `file:line: UserWarning`."""
+    counts_adata.X = counts_adata.X * 2000  # the depths of plate-based reads (median library size > 100,000)
+    counts_adata.write_h5ad(tmp_path / "reads.h5ad")
+    assert main(["embed", str(tmp_path / "reads.h5ad"), str(tmp_path / "o.h5ad"), "--checkpoint", tiny_checkpoint,
+                 "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert "biomjepa embed: warning: X: the median library size is" in err and err.count("pass --input reads") == 1
+    assert "input='reads'" not in err and "training corpus" not in err
+    assert "UserWarning" not in err and ".py:" not in err and "bj.pp.map_vocab(adata, gene_key" not in err
+
+
+def test_the_same_warning_raised_twice_is_said_once(capsys):
+    import warnings
+
+    from biomjepa.cli.embed import EMBED_FLAGS
+    from biomjepa.cli.errors import run_command
+
+    text = "X: reads; pass input='reads' (in a training corpus entry: counts: reads) to read them as molecules."
+
+    def work():  # two places of the library (mapping, then embedding) warn the same
+        warnings.warn(text, UserWarning, stacklevel=1)
+        warnings.warn(text, UserWarning, stacklevel=1)
+
+    assert run_command(work, prog="biomjepa embed", flags=EMBED_FLAGS) == 0
+    assert capsys.readouterr().err == "biomjepa embed: warning: X: reads; pass --input reads to read them as molecules.\n"
+
+
+def test_no_progress_before_embed_store_is_the_atlas(counts_adata, tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    """`biomjepa --no-progress embed IN --store OUT.zarr` (the documented global option) fell to the one-file parser:
+    "the following arguments are required: output"."""
+    from biomjepa.embed import read_atlas
+
+    monkeypatch.setattr(bj.settings, "_progress", True)  # put back after the test
+    counts_adata.write_h5ad(tmp_path / "in.h5ad")
+    assert main(["--no-progress", "embed", str(tmp_path / "in.h5ad"), "--store", str(tmp_path / "s.zarr"),
+                 "--checkpoint", tiny_checkpoint, "--device", "cpu"]) == 0
+    assert bj.settings.progress is False
+    assert read_atlas(tmp_path / "s.zarr", "in").obsm["X_biomjepa"].shape == (60, 64)
+    assert "required" not in capsys.readouterr().err
+
+
+def test_adapt_speaks_in_flags(counts_adata, tiny_checkpoint, tmp_path, capsys):
+    """`biomjepa adapt` said `species="mouse"`, `gene_key=` (it had no --gene-key) and `bj.tl.embed(adata, checkpoint=out_dir)`."""
+    args = ["--out", str(tmp_path / "ck"), "--checkpoint", tiny_checkpoint]
+    mouse = counts_adata.copy()
+    mouse.var_names = [n.capitalize() for n in mouse.var_names]
+    mouse.write_h5ad(tmp_path / "mouse.h5ad")
+    assert main(["adapt", str(tmp_path / "mouse.h5ad"), *args]) == 1
+    err = capsys.readouterr().err
+    assert "pass --species mouse" in err and "--gene-key COLUMN" in err
+    assert "species=" not in err and "gene_key=" not in err
+    ids = counts_adata.copy()  # 60 cells, genes named by position, their symbols in a column: --gene-key
+    ids.var["symbol"] = list(ids.var_names)
+    ids.var_names = [f"g{i}" for i in range(ids.n_vars)]
+    ids.write_h5ad(tmp_path / "ids.h5ad")
+    assert main(["adapt", str(tmp_path / "ids.h5ad"), "--gene-key", "symbol", *args]) == 1
+    err = capsys.readouterr().err
+    assert "biomjepa adapt needs at least 200 cells" in err  # the genes mapped; too few cells to learn from
+    assert "`biomjepa embed IN.h5ad OUT.h5ad --checkpoint DIR`" in err and "`biomjepa embed` (the base" in err
+    assert "bj.tl" not in err and "checkpoint=" not in err and "out_dir" not in err
+    assert not (tmp_path / "ck").exists()

@@ -112,3 +112,85 @@ def test_corpus_files_with_counts_in_raw_point_to_writing_them_out(tmp_path, cou
     err = capsys.readouterr().err
     assert "--layer" in err and "adata.raw.to_adata().write_h5ad" in err
     assert "use_raw" not in err and "layer=" not in err
+
+
+# ------------------------------------------------------------- issue 46: `biomjepa adapt --out`, said in words
+def _adapt_input(path: Path, unmapped: int = 0) -> Path:
+    """205 cells of counts over 50 vocabulary genes and 10 unknown ones; the first ``unmapped`` cells hold counts
+    in the unknown genes only."""
+    from biomjepa.data.vocab import Vocab
+
+    rng = np.random.default_rng(0)
+    X = rng.poisson(1.0, size=(205, 60)).astype(np.float32)
+    X[:, 0] += 1
+    X[:unmapped, :50] = 0
+    X[:unmapped, 50:] += 1
+    a = ad.AnnData(X)
+    a.var_names = [str(s) for s in Vocab.default().symbols[1000:1050]] + [f"NOTAGENE{i}" for i in range(10)]
+    a.write_h5ad(path)
+    return path
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Training fails the test: every case here must be refused before it."""
+    import biomjepa.train.adapt as train_adapt
+
+    monkeypatch.setattr(train_adapt, "adapt_encoder", lambda *a, **k: pytest.fail("trained before refusing"))
+
+
+@pytest.mark.filterwarnings("ignore:The input measures only")
+def test_adapt_out_under_a_file_or_in_an_unwritable_folder_is_said_in_words(tmp_path, tiny_checkpoint, capsys,
+                                                                            monkeypatch, no_training):
+    """`--out FILE/ck` said `[Errno 17] File exists: 'FILE'`; an unwritable folder `[Errno 13]` naming the hidden
+    scratch directory `.ck.adapt-XXXX` (simulated: the tests may run as root, who writes anywhere)."""
+    import tempfile
+
+    src = _adapt_input(tmp_path / "in.h5ad")
+    (tmp_path / "results").write_text("my results")
+    assert main(["adapt", str(src), "--out", str(tmp_path / "results" / "ck"), "--checkpoint", tiny_checkpoint]) == 1
+    err = capsys.readouterr().err
+    assert "--out" in err and "results' (or a folder above it) is a file, not a directory" in err
+    assert "[Errno" not in err and "out_dir" not in err
+    assert (tmp_path / "results").read_text() == "my results"
+    real = tempfile.mkdtemp
+
+    def denied(suffix=None, prefix=None, dir=None):
+        if prefix and prefix.startswith("."):
+            raise PermissionError(errno.EACCES, "Permission denied", f"{dir}/{prefix}x1y2z3")
+        return real(suffix, prefix, dir)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", denied)
+    (tmp_path / "shared").mkdir()
+    assert main(["adapt", str(src), "--out", str(tmp_path / "shared" / "ck"), "--checkpoint", tiny_checkpoint]) == 1
+    err = capsys.readouterr().err
+    assert "permission denied" in err and "shared'" in err and "--out" in err
+    assert "[Errno" not in err and ".ck.adapt-" not in err and "out_dir" not in err
+    assert list((tmp_path / "shared").iterdir()) == []
+
+
+@pytest.mark.filterwarnings("ignore:The input measures only")
+def test_adapt_counts_the_cells_it_refuses(tmp_path, tiny_checkpoint, capsys, no_training):
+    """205 cells of which 10 have no mapped gene were reported as "adata has 195 cells"."""
+    src = _adapt_input(tmp_path / "in.h5ad", unmapped=10)
+    assert main(["adapt", str(src), "--out", str(tmp_path / "ck"), "--checkpoint", tiny_checkpoint]) == 1
+    err = capsys.readouterr().err
+    assert "10 of the 205 cells have no counts in any mapped gene" in err and "195 cells" not in err
+    assert not (tmp_path / "ck").exists()
+
+
+@pytest.mark.filterwarnings("ignore:The input measures only")
+def test_adapt_into_the_current_directory_is_refused_in_words(tmp_path, tiny_checkpoint, capsys, monkeypatch):
+    """`--out .` (empty) was called "not an empty directory"; the checkpoint appears by a rename, which would
+    replace the shell's working directory: refused before any work, saying what to give instead."""
+    import biomjepa.train.adapt as train_adapt
+
+    src = _adapt_input(tmp_path / "in.h5ad")
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setattr(train_adapt, "adapt_encoder", lambda *a, **k: pytest.fail("trained"))
+    assert main(["adapt", str(src), "--out", ".", "--checkpoint", tiny_checkpoint]) == 1
+    err = capsys.readouterr().err
+    assert "current working directory" in err and "not an empty directory" not in err
+    assert list(here.iterdir()) == []

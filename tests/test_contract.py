@@ -198,6 +198,13 @@ TOOL_CASES = [
       "n_cells"),
     C("perturb-empty", "empty", lambda a, ck: bj.tl.perturbation_arithmetic(a), ValueError, "control|cells"),
     C("perturb-n_bins-0", "prepared", lambda a, ck: bj.tl.perturbation_arithmetic(a, n_bins=0), ValueError, "n_bins"),
+    # issue 46: an empty key_added, a fractional bin count, a negative seed
+    C("embed-key_added-empty", "prepared", lambda a, ck: bj.tl.embed(a, checkpoint=ck, key_added="", **KW), ValueError,
+      "key_added"),
+    C("ablate-n_bins-fraction", "prepared",
+      lambda a, ck: bj.tl.ablate_programme(a, PROG, n_bins=2.5, checkpoint=ck, **KW), TypeError, "n_bins"),
+    C("perturb-random_state-negative", "prepared", lambda a, ck: bj.tl.perturbation_arithmetic(a, random_state=-1),
+      ValueError, "random_state"),
     # tl.finetune
     C("finetune-label_key-missing", "prepared",
       lambda a, ck: bj.tl.finetune(a, label_key="nope", checkpoint=ck, **KW), KeyError, "label_key|nope"),

@@ -187,6 +187,14 @@ def test_settings_refuse_unknown_names_and_bad_token_budgets():
         bj.settings.batch_size = 0
 
 
+def test_a_read_only_setting_names_the_one_to_set():
+    """Issue 46: ``bj.settings.show_progress = False`` raised Python's "property has no setter"."""
+    with pytest.raises(AttributeError, match=r"bj.settings.show_progress cannot be set.*`bj.settings.progress = False`"
+                                             r".*'progress'"):
+        bj.settings.show_progress = False
+    assert bj.settings.progress is True and bj.settings.show_progress is True
+
+
 def test_an_empty_biomjepa_cache_is_unset_not_the_working_directory(monkeypatch):
     from biomjepa._settings import Settings
 
@@ -327,6 +335,39 @@ def test_loop_device_cuda_without_cuda_is_refused_before_the_corpus(corpus_files
         bj.train.pretrain("tiny", [f"data.corpus={corpus_files / 'human.h5ad'}", f"run.out_dir={tmp_path / 'runs'}",
                                    "loop.device=cuda"])
     assert not (tmp_path / "runs").exists()
+
+
+def test_more_loader_workers_than_cores_are_refused_before_the_corpus(corpus_files, tmp_path, monkeypatch):
+    """Issue 46: `data.num_workers` above the cores gave torch's DataLoader warning, twice, once training began.
+    Refused (not lowered): the number of workers decides which cells each step sees."""
+    import biomjepa.train.setup as setup
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    monkeypatch.setattr(setup, "prepare_corpus", lambda *a, **k: pytest.fail("prepared the corpus first"))
+    with pytest.raises(ValueError, match=rf"data.num_workers={cores + 1} asks for {cores + 1} loader processes, but "
+                                         rf"this process may use {cores} CPU core.*at most {cores}"):
+        bj.train.pretrain("tiny", [f"data.corpus={corpus_files / 'human.h5ad'}", f"run.out_dir={tmp_path / 'runs'}",
+                                   f"data.num_workers={cores + 1}", "loop.device=cpu", "run.steps=1"])
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_species_without_orthologs_is_advised_what_its_caller_can_do(corpus_files, tmp_path):
+    """Issue 46: `species="rat"` was told to "pass `orthologs=`", which tl.adapt and a corpus entry do not take."""
+    from scipy import sparse
+
+    from biomjepa.data.shards import prepare_corpus
+
+    rng = np.random.default_rng(0)
+    cells = ad.AnnData(sparse.csr_matrix(rng.poisson(1.0, size=(205, 40)).astype(np.float32) + 1))
+    cells.var_names = symbols(40)
+    with pytest.raises(ValueError, match=r"species='rat' has no bundled orthologs .* rename them to their human "
+                                         r"symbols first, or .*`bj.pp.map_vocab\(adata, species='rat', orthologs=TABLE\)`"):
+        bj.tl.adapt(cells, species="rat", out_dir=tmp_path / "ck")
+    assert not (tmp_path / "ck").exists() and "biomjepa_token" not in cells.var
+    with pytest.raises(ValueError, match=r"\(corpus\[0\]\): species: rat has no bundled orthologs .*rename them to "
+                                         r"their human symbols first\. A corpus entry takes no ortholog table\.") as err:
+        prepare_corpus([{"path": str(corpus_files / "human.h5ad"), "species": "rat"}], tmp_path / "cache")
+    assert "orthologs=" not in str(err.value) and "map_vocab" not in str(err.value)
 
 
 # ------------------------------------------------------------------------------------------ the command line

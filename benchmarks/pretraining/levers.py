@@ -66,14 +66,14 @@ LEVERS: dict[str, list[str]] = {
     # without lifting the near-empty dimensions that per-dimension standardization lifts
     "anchored+scale": [*SIGNAL, *ANCHOR, "teacher.target_scale=true"],
     "anchored+scale+thin": [*SIGNAL, *ANCHOR, "teacher.target_scale=true", "data.thin_student=0.2"],
-    # VICReg on the student's states against meeting unit-scale targets with one grown direction (Session 8)
+    # VICReg on the student's states against meeting unit-scale targets with one grown direction (commit e7aa93f)
     "anchored+scale+state": [*SIGNAL, *ANCHOR, "teacher.target_scale=true", "loss.lambda_state_var=1.0",
                              "loss.lambda_state_cov=0.04"],
     # the lever after it: the depth-predictable part of the level (the direction the student grows) removed
     "anchored+scale+state+depth": [*SIGNAL, *ANCHOR, "teacher.target_scale=true", "teacher.depth_residual=true",
                                    "loss.lambda_state_var=1.0", "loss.lambda_state_cov=0.04"],
     # a cell-level contrastive term (InfoNCE, other cells of the batch as negatives) on targets with the
-    # per-gene centre, so that targets that stop telling cells apart cost loss (Session 9)
+    # per-gene centre, so that targets that stop telling cells apart cost loss (commit f32b1f7)
     "nce": [*GENE, "loss.lambda_align=0", "loss.lambda_var=0", "loss.lambda_cov=0", "loss.lambda_nce=1.0"],
     # the same with the depth-predictable part of the targets' level removed and depth-thinned student views,
     # against the one depth-tracking direction that the pure contrast grew in the targets

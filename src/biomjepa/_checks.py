@@ -30,14 +30,16 @@ def check_adata(adata, name: str = "adata") -> None:
     )
 
 
-def check_int(name: str, value, *, low: int = 1, none_ok: bool = False) -> int | None:
-    """An integer ``>= low`` (a bool or a float is refused); ``None`` passes when ``none_ok``."""
+def check_int(name: str, value, *, low: int = 1, none_ok: bool = False, example: int | None = None) -> int | None:
+    """An integer ``>= low`` (a bool or a float is refused); ``None`` passes when ``none_ok``. The message ends with
+    the fix: pass e.g. ``name=example`` (default ``low``)."""
     if value is None and none_ok:
         return None
+    fix = f"Pass a whole number, e.g. `{name}={low if example is None else example}`."
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"`{name}` must be an integer >= {low}, got {value!r}.")
+        raise TypeError(f"`{name}` must be an integer >= {low}, got {value!r}. {fix}")
     if value < low:
-        raise ValueError(f"`{name}` must be an integer >= {low}, got {value}.")
+        raise ValueError(f"`{name}` must be an integer >= {low}, got {value}. {fix}")
     return int(value)
 
 

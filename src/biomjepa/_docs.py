@@ -56,7 +56,8 @@ FRAGMENTS: dict[str, str] = _fragments(
         """,
     checkpoint="""
         checkpoint
-            Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``).
+            Registry name, checkpoint directory or URL (default ``bj.settings.checkpoint``); ``"DIR#sha256=HEX"`` or
+            ``"URL#sha256=HEX"`` pins the whole checkpoint (:func:`biomjepa.model.checkpoint_sha256`).
         """,
     layer="""
         layer

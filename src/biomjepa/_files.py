@@ -13,6 +13,9 @@ that then (re)writes upgrades its own shared lock); a process refused a lock get
 :class:`LockBusy` naming the holders (from ``/proc/locks`` where there is one, else the record an
 exclusive holder writes into the lock file: pid, host and command). Platforms without ``fcntl``
 (Windows) run unlocked.
+
+:func:`sigterm_interrupts` turns SIGTERM into :class:`KeyboardInterrupt` while a tool writes (Python's
+default SIGTERM ends the process with no ``finally`` clause run, leaving its temporary files behind).
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import errno
 import logging
 import os
 import shutil
+import signal
 import socket
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -345,3 +350,22 @@ def _busy_message(path: Path, what: str, fix: str) -> str:
             who = [line for line in path.read_text().splitlines() if line.strip()][:1]
     names = "; ".join(dict.fromkeys(who)) or "unknown process"
     return f"{what} is in use by another process ({names}). {fix}"
+
+
+@contextlib.contextmanager
+def sigterm_interrupts(message: str):
+    """Run the body with SIGTERM raising ``KeyboardInterrupt(message)``, as SIGINT does, so that every clean-up
+    runs; the previous handler comes back after (blocks nest). Only the main thread installs handlers;
+    elsewhere, and where SIGTERM was inherited as ignored, the body runs with the process' handling unchanged."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(message)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -3,7 +3,8 @@
 A checkpoint reference is one of
 
 - a registry name (``bj.settings.checkpoint``, default ``"biomjepa-mini"`` once bundled);
-- a local checkpoint directory (``config.json`` + ``model.safetensors``);
+- a local checkpoint directory (``config.json`` + ``model.safetensors``), optionally pinned as a URL is:
+  ``"DIR#sha256=HEX"`` (or ``sha256=``) refuses it unless its whole-checkpoint sha256 is ``HEX``;
 - an ``http(s)://`` base URL serving the checkpoint's files, pinned by the sha256 of the whole
   checkpoint (:func:`biomjepa.model.checkpoint_sha256`, the hash of its ``SHA256SUMS`` manifest)
   given as ``"URL#sha256=HEX"`` or ``sha256=``: every downloaded file is verified. A download
@@ -37,16 +38,18 @@ logger = logging.getLogger(__name__)
 
 #: Named checkpoints: name → {"path": package-relative dir | "url": base URL, "version": "…",
 #: "checkpoint_sha256": the whole checkpoint's sha256 (:func:`biomjepa.model.checkpoint_sha256`, that
-#: of its SHA256SUMS manifest, which pins every file), "sha256": the weights' sha256 (as recorded in
-#: config.json and in ``uns["biomjepa"]["params"]["checkpoint_sha256"]`` by ``bj.tl.embed``)}.
-#: Entries of checkpoints written before the manifest existed carry "sha256" only.
-#: ``biomjepa-mini`` is bundled inside the package (``docs/model_card.md``): v0.3 = the step-2,400 teacher of
+#: of its SHA256SUMS manifest, which pins every file; ``bj.tl.embed`` records it as
+#: ``uns["biomjepa"]["params"]["checkpoint_sha256"]``), "sha256": the weights' sha256 (as recorded in
+#: config.json and as ``params["weights_sha256"]``)}. Entries of checkpoints written before the manifest
+#: existed carry "sha256" only. ``biomjepa-mini`` (:data:`DEFAULT_ALIAS`) names the default: the same entry
+#: as its versioned name (today ``biomjepa-mini-v0.3``), loaded and recorded under the versioned name.
+#: v0.3 is bundled inside the package (``docs/model_card.md``): the step-2,400 teacher of
 #: ``models/biomjepa-mini-v0.3v.yaml`` (the paper's global target centre, a 512-gene teacher view, depth-thinned
 #: student views and the view contrast), read out with the paper's ``max_top5`` (``scripts/export_bundled.py``)
 #: and given a fixed per-feature standardization measured on its own training corpus
 #: (``scripts/fix_readout.py --kind standardize``), both chosen on the validation cells.
 REGISTRY: dict[str, dict] = {
-    "biomjepa-mini": {
+    "biomjepa-mini-v0.3": {
         "path": "_models/biomjepa-mini-v0.3",
         "version": "0.3",
         "checkpoint_sha256": "b57cbb1979b878985e0f2e351c2a6953cd4c6fefc6fd6c21f522bca6cfd9794f",  # SHA256SUMS
@@ -74,6 +77,9 @@ REGISTRY: dict[str, dict] = {
         "sha256": "8c6a2a76b8b1664fa352ffe6b7f9c89950bd21f9724fd115fdfc680099f60152",
     },
 }
+#: The default's name (``bj.settings.checkpoint``): an alias of the current release's entry, the same files.
+DEFAULT_ALIAS, DEFAULT_RELEASE = "biomjepa-mini", "biomjepa-mini-v0.3"
+REGISTRY[DEFAULT_ALIAS] = REGISTRY[DEFAULT_RELEASE]
 
 
 def _bundled_dir(rel: str) -> Path:
@@ -81,7 +87,11 @@ def _bundled_dir(rel: str) -> Path:
 
 
 def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: str | None = None) -> tuple[Path, str]:
-    """Turn a checkpoint reference into ``(local directory, display name)``, downloading if needed."""
+    """Turn a checkpoint reference into ``(local directory, display name)``, downloading if needed.
+
+    ``sha256`` (or ``#sha256=HEX`` after a URL or a directory) pins the whole checkpoint
+    (:func:`biomjepa.model.checkpoint_sha256`): a URL is downloaded and a directory loaded only if it matches.
+    """
     ref = settings.checkpoint if checkpoint is None else checkpoint
     ref = str(ref)
     if ref in REGISTRY:
@@ -102,6 +112,12 @@ def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: s
             )
         return _download(url, sha256), url
     path = Path(ref).expanduser()
+    if not path.exists() and "#sha256=" in ref:  # a local directory pinned as a URL is: "DIR#sha256=HEX"
+        head, _, pin = ref.rpartition("#sha256=")
+        path, sha256 = Path(head).expanduser(), sha256 or pin
+        if not path.exists():
+            raise FileNotFoundError(f"Checkpoint directory {head!r} (pinned by {ref!r}) does not exist. Pass "
+                                    "`checkpoint=` an existing checkpoint directory, as `DIR#sha256=<hex>` to pin it.")
     if path.exists():
         if sha256 is not None:
             _check_pin(path, sha256, str(path))

@@ -26,6 +26,8 @@ def check_device(value, name: str = "device") -> str:
 
 
 PRECISIONS = ("fp32", "bf16", "auto")
+#: read-only attributes of ``bj.settings`` → the setting to set instead
+READ_ONLY = {"show_progress": "progress"}
 
 
 def check_precision(value, name: str = "precision") -> str:
@@ -53,7 +55,8 @@ class Settings:
     cachedir
         Where downloaded checkpoints are stored (``$BIOMJEPA_CACHE`` or ``~/.cache/biomjepa``).
     checkpoint
-        Default checkpoint: a registry name, a local directory, or an ``http(s)://`` URL.
+        Default checkpoint: a registry name, a local directory, or an ``http(s)://`` URL; ``"DIR#sha256=HEX"`` or
+        ``"URL#sha256=HEX"`` pins the whole checkpoint (:func:`biomjepa.model.checkpoint_sha256`).
     verbosity
         0 errors, 1 warnings (default), 2 info, 3 debug.
     progress
@@ -106,18 +109,23 @@ class Settings:
         self._device = check_device(value, "bj.settings.device")
 
     def __setattr__(self, name: str, value) -> None:
-        """Refuse a name that is no setting (``bj.settings.cache_dir = ...`` would otherwise do nothing)."""
-        if not name.startswith("_") and not hasattr(type(self), name) and name not in self.__dict__ \
-                and self.__dict__.get("_sealed"):
+        """Refuse a name that is no setting (``bj.settings.cache_dir = ...`` would otherwise do nothing), and a
+        read-only one (``show_progress``, which reports ``progress``) in words instead of Python's own message."""
+        if name.startswith("_") or not self.__dict__.get("_sealed"):
+            return super().__setattr__(name, value)
+        known = sorted({n for n in dir(type(self)) if not n.startswith("_") and n not in READ_ONLY}
+                       | {n for n in self.__dict__ if not n.startswith("_")})
+        if name in READ_ONLY:
+            raise AttributeError(f"bj.settings.{name} cannot be set: it reports `bj.settings.{READ_ONLY[name]}`. Set "
+                                 f"`bj.settings.{READ_ONLY[name]} = {value!r}` instead. The settings are {known}.")
+        if not hasattr(type(self), name) and name not in self.__dict__:
             import difflib
 
-            known = sorted({n for n in dir(type(self)) if not n.startswith("_") and n != "show_progress"}
-                           | {n for n in self.__dict__ if not n.startswith("_")})
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) or [
                 k for k in known if k.replace("_", "") == name.replace("_", "")]
             hint = f"Did you mean `bj.settings.{close[0]}`? " if close else ""
             raise AttributeError(f"bj.settings has no setting {name!r}: {hint}The settings are {known}.")
-        super().__setattr__(name, value)
+        return super().__setattr__(name, value)
 
     @property
     def batch_size(self) -> int:

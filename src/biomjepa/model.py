@@ -169,6 +169,14 @@ def checkpoint_sha256(path: str | os.PathLike, *, verify: bool = True) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _whole_sha256(path: Path, weights_sha256: str) -> str:
+    """:func:`checkpoint_sha256` of a checkpoint being loaded, without hashing its weights a second time."""
+    if (path / MANIFEST).is_file():
+        return hashlib.sha256((path / MANIFEST).read_bytes()).hexdigest()
+    text = _manifest_text({CONFIG: sha256_file(path / CONFIG), WEIGHTS: weights_sha256})
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def save_checkpoint(
     model: BiomJEPA | Encoder,
     path: str | os.PathLike,
@@ -351,9 +359,8 @@ def load_checkpoint(path: str | os.PathLike, *, name: str | None = None, verify:
         state = {k: v.float() for k, v in load_file(str(path / WEIGHTS)).items()}
     except Exception as err:  # safetensors raises several types for damaged files
         raise CheckpointError(f"Could not read {path / WEIGHTS} ({err}); the file is damaged.") from err
-    info = {"name": name or str(path), "path": str(path), "sha256": digest, **meta}
-    if (path / MANIFEST).is_file():
-        info["checkpoint_sha256"] = checkpoint_sha256(path, verify=False)
+    info = {"name": name or str(path), "path": str(path), "sha256": digest, **meta,
+            "checkpoint_sha256": _whole_sha256(path, digest)}
     try:
         check_readout_record(meta.get("readout"), config.embedding_dim, f"{path / CONFIG}: readout")
         stats_tensors(meta.get("readout"), config.embedding_dim, f"{path / CONFIG}: readout")

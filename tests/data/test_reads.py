@@ -1,5 +1,7 @@
 """Plate-based read counts on the droplet value scale (input="reads", corpus spec counts: reads)."""
 
+import warnings
+
 import anndata as ad
 import numpy as np
 import pandas as pd
@@ -54,6 +56,16 @@ def test_read_depth_counts_read_as_umis_warn_and_name_the_fix():
         gather(a, np.arange(a.n_obs))
     with pytest.raises(ValueError, match="'reads'"):
         counts_view(a, input="read")
+
+
+def test_umi_depth_counts_declared_as_reads_warn_and_name_the_fix():
+    a = _reads(depth=5_000)  # droplet depth
+    with pytest.warns(UserWarning, match="input='counts'"):
+        gather(counts_view(a, input="reads"), np.arange(a.n_obs))
+    deep = _reads(depth=500_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gather(counts_view(deep, input="reads"), np.arange(deep.n_obs))  # read depth declared as reads: silent
 
 
 def test_embed_records_reads_and_leaves_x_unchanged():

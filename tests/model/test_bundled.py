@@ -35,6 +35,15 @@ def test_default_checkpoint_is_registered_and_pinned():
     assert any("heldout_baron2016_pancreas" in e for e in excluded)
 
 
+def test_the_default_release_has_a_name_of_its_own():
+    """Issue 43: v0.3 loads as ``biomjepa-mini-v0.3`` too; ``biomjepa-mini`` stays the default and names the same
+    files, and both record the versioned name."""
+    assert resolve_checkpoint("biomjepa-mini-v0.3") == resolve_checkpoint("biomjepa-mini") == resolve_checkpoint()
+    assert resolve_checkpoint("biomjepa-mini-v0.3")[1] == "biomjepa-mini-v0.3"
+    assert bj.load_model("biomjepa-mini-v0.3").info["checkpoint_sha256"] == REGISTRY["biomjepa-mini-v0.3"][
+        "checkpoint_sha256"]
+
+
 def test_bf16_storage_loads_as_float32_on_cpu():
     import torch
 

@@ -1,8 +1,15 @@
 """Refactors keep the bundled models' embeddings: 96 bundled pancreas cells against stored values, written by
-``tl.embed`` at batch size 16 on a CPU whose torch capability is stored with them: v0.2 (loaded by name,
-``tests/model/data/golden_embeddings.npz``, stored before the issue-23 restructuring), v0.2.1 (loaded by
-name; same weights, fixed readout map; ``golden_embeddings_v0.2.1.npz``), which must also equal the v0.2
-values through the checkpoint's recorded map, and the default v0.3 (``golden_embeddings_v0.3.npz``).
+``tl.embed`` at batch size 16 on a CPU whose torch capability is stored with them (``scripts/store_golden.py``):
+v0.2 (loaded by name, ``tests/model/data/golden_embeddings.npz``), v0.2.1 (loaded by name; same weights, fixed
+readout map; ``golden_embeddings_v0.2.1.npz``), which must also equal the v0.2 values through the checkpoint's
+recorded map, and the default v0.3 (``golden_embeddings_v0.3.npz``).
+
+All three were stored again (AVX2 CPU) when the demo cells got their gene symbols (issue 46: 128 names in R's
+``make.names`` spelling, 75 of them unmapped until then, ``HLA.A`` → ``HLA-A``; ``scripts/make_demo_data.py``).
+Before that, today's code still gave the earlier stored values from the old names (v0.2, stored before the
+issue-23 restructuring: bit for bit; v0.2.1 and v0.3, stored on AVX512: within 7.8e-4 and 4.5e-5). The new
+inputs moved them: max |diff| 0.281 / 3.45 / 1.68 and per-cell cosine min 0.9921 / 0.9047 / 0.9899 (v0.2 /
+v0.2.1 / v0.3; v0.2.1's whitening amplifies most).
 
 Without a fixed readout map, on a CPU of the same capability the embeddings at batch sizes 16 and 96 must
 be equal bit for bit; elsewhere (another SIMD path changes float rounding) within 1e-5. Batch size 7 cuts
@@ -19,6 +26,7 @@ import numpy as np
 import pytest
 
 import biomjepa as bj
+from biomjepa._pretrained import REGISTRY
 
 DATA = Path(__file__).parent / "data"
 WEIGHTS_SHA = "c639180369e587ceae87e8228d05bd857a19b9cf45fa922968f70f375ae19cb1"  # v0.2 and v0.2.1
@@ -60,7 +68,8 @@ def test_embeddings_equal_stored_values(batch_size, exact, checkpoint):
     adata = _embed(batch_size, checkpoint)
     assert list(adata.obs_names) == list(stored["cells"])
     params = adata.uns["biomjepa"]["params"]
-    assert (params["checkpoint"], params["checkpoint_sha256"]) == record  # a new default needs new stored values
+    assert (params["checkpoint"], params["weights_sha256"]) == record  # a new default needs new stored values
+    assert params["checkpoint_sha256"] == REGISTRY[record[0]]["checkpoint_sha256"]  # and the whole checkpoint's
     got, want = adata.obsm["X_biomjepa"], stored["embedding"]
     assert got.dtype == want.dtype and got.shape == want.shape
     # A fixed map amplifies the encoder's float rounding, which differs between batch sizes (other padded shapes)

@@ -90,6 +90,22 @@ def test_weights_only_pin_is_explained(ckpt, http_root):
         _pretrained.resolve_checkpoint(f"{url}/c#sha256=../../{'0' * 58}")
 
 
+def test_a_local_directory_is_pinned_as_a_url_is(ckpt, tmp_path):
+    """Issue 46: ``DIR#sha256=`` pins a directory by the whole checkpoint, wherever a reference is taken."""
+    pin = checkpoint_sha256(ckpt)
+    assert _pretrained.resolve_checkpoint(f"{ckpt}#sha256={pin.upper()}") == (ckpt, str(ckpt))
+    edited = shutil.copytree(ckpt, tmp_path / "edited")
+    edit_model_config(edited, n_heads=4)
+    bj.model.write_manifest(edited, [CONFIG, WEIGHTS])  # consistent, but another checkpoint
+    with pytest.raises(ValueError, match=f"has sha256 {checkpoint_sha256(edited)}, expected {pin}"):
+        _pretrained.resolve_checkpoint(f"{edited}#sha256={pin}")
+    weights = json.loads((ckpt / CONFIG).read_text())["weights_sha256"]
+    with pytest.raises(ValueError, match=f"pins only model.safetensors.*{pin}"):
+        _pretrained.resolve_checkpoint(f"{ckpt}#sha256={weights}")
+    with pytest.raises(FileNotFoundError, match=r"Checkpoint directory '.*nowhere' \(pinned by"):
+        _pretrained.resolve_checkpoint(f"{tmp_path / 'nowhere'}#sha256={pin}")
+
+
 def test_non_writable_cache_dir(monkeypatch, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")

@@ -8,6 +8,10 @@
   few-shot F1 0.778 against 0.783; batch 7 against batch 64: cosine min 0.99997, 10-NN overlap 1.0;
 * the first 96 demo cells (batch 16; batch 7): cosine min 0.9974 / mean 0.9984, 10-NN overlap 0.956; 0.99998.
 
+On an AMD EPYC with AVX512-BF16 (no AMX) the batch-7 against batch-16 cosine on the first 96 demo cells measured
+0.99983 (issue 45): its bf16 GEMMs round their bf16 outputs after accumulating in a shape-dependent order, so the
+batch bound is the lower of the two CPU kinds' figures with a margin (0.9997), not the Xeon's alone.
+
 The tests fail when bf16 drifts beyond those bounds (with a margin for other CPUs, whose kernels accumulate in
 another order): a change that rounds more (a bf16 residual stream, bf16 pooling or readout) or that lets the
 batch size change a bf16 embedding. The fast test uses the first 96 demo cells (the golden set's cells).
@@ -21,9 +25,9 @@ import pytest
 import biomjepa as bj
 
 #: measured on the first 96 demo cells → the bound held (margin for other CPUs)
-FAST = {"cosine_min": 0.995, "cosine_mean": 0.9975, "knn10": 0.90, "batch_cosine_min": 0.9999}
+FAST = {"cosine_min": 0.995, "cosine_mean": 0.9975, "knn10": 0.90, "batch_cosine_min": 0.9997}
 #: measured on all 1,074 demo cells → the bound held
-DEMO = {"cosine_min": 0.994, "cosine_mean": 0.9975, "knn10": 0.88, "batch_cosine_min": 0.9999, "f1_drop": 0.02}
+DEMO = {"cosine_min": 0.994, "cosine_mean": 0.9975, "knn10": 0.88, "batch_cosine_min": 0.9997, "f1_drop": 0.02}
 
 
 def _embed(adata, precision: str, batch_size: int, monkeypatch) -> np.ndarray:

@@ -96,6 +96,39 @@ def test_single_programme_obs_column(mapped, tiny_checkpoint):
     assert mapped.uns["ablation"]["params"]["left_out"]["programme"] == ["NOTAGENE0", "NOT_IN_VOCAB"]
 
 
+def test_params_record_the_input(mapped, tiny_checkpoint):
+    """Issue 46: the record names what was read, as tl.embed's does (it used to omit ``input``)."""
+    from scipy import sparse
+
+    kw = dict(n_cells=4, checkpoint=tiny_checkpoint, copy=True)
+    prog = _programmes(mapped)["p1"]
+    assert ablate_programme(mapped, prog, **kw).uns["ablation"]["params"]["input"] == "counts"
+    b = mapped.copy()
+    X = b.X.toarray().astype(np.float64)
+    b.obs["total_counts"] = X.sum(axis=1)
+    b.X = sparse.csr_matrix(np.log1p(1e4 * X / X.sum(axis=1, keepdims=True)))
+    params = ablate_programme(b, prog, input="lognorm", library_size_key="total_counts", **kw).uns["ablation"]["params"]
+    assert params["input"] == "lognorm" and params["library_size_key"] == "total_counts"
+
+
+@pytest.mark.parametrize(("kw", "exc", "pattern"), [
+    (dict(n_bins=2.5), TypeError, r"`n_bins` must be an integer >= 1, got 2\.5\. Pass a whole number, e\.g\. `n_bins=10`"),
+    (dict(n_bins=0), ValueError, r"`n_bins` must be an integer >= 1, got 0"),
+    (dict(random_state=-1), ValueError, r"`random_state` must be an integer >= 0, got -1\. Pass .*`random_state=0`"),
+    (dict(n_cells=1.5), TypeError, r"`n_cells` must be an integer >= 2"),
+])
+def test_counts_and_seed_are_checked_before_any_work(mapped, tiny_checkpoint, monkeypatch, kw, exc, pattern):
+    """Issue 46: ``n_bins=2.5`` used to fail inside numpy after a pass over the data."""
+    from biomjepa import _pretrained
+
+    monkeypatch.setattr(_pretrained, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("biomjepa.tl._ablate.scan_gene_stats", lambda *a, **k: pytest.fail("the data were read"))
+    before = set(mapped.uns), set(mapped.obs.columns)
+    with pytest.raises(exc, match=pattern):
+        ablate_programme(mapped, _programmes(mapped)["p1"], checkpoint=tiny_checkpoint, **kw)
+    assert (set(mapped.uns), set(mapped.obs.columns)) == before
+
+
 def test_ablate_bad_input_leaves_adata_unchanged(mapped, tiny_checkpoint):
     kw = dict(groupby="group", checkpoint=tiny_checkpoint)
     with pytest.raises(ValueError, match="no gene"), pytest.warns(UserWarning, match="left out"):

@@ -76,6 +76,60 @@ def test_layer_and_key_added(mapped, tiny_checkpoint):
     assert "X_bj" in a.obsm and a.uns["X_bj"]["params"]["layer"] == "counts"
 
 
+@pytest.fixture
+def edited(tiny_checkpoint, tmp_path):
+    """``tiny_checkpoint`` with config.json edited (n_heads 2 → 4) and its manifest rewritten: the same weights,
+    another (consistent) checkpoint that embeds differently."""
+    import shutil
+    from pathlib import Path
+
+    from _inputs import edit_model_config
+
+    from biomjepa.model import CONFIG, WEIGHTS, write_manifest
+
+    path = Path(shutil.copytree(tiny_checkpoint, tmp_path / "edited"))
+    edit_model_config(path, n_heads=4)
+    write_manifest(path, [CONFIG, WEIGHTS])
+    return str(path)
+
+
+def test_key_added_one_rule_for_obsm_and_uns(mapped, tiny_checkpoint, edited):
+    """Issue 46: an empty key used to replace obsm["X_biomjepa"] while its record went to uns[""]."""
+    bj.tl.embed(mapped, checkpoint=tiny_checkpoint)
+    first = mapped.obsm["X_biomjepa"].copy()
+    with pytest.raises(ValueError, match=r"key_added must be a non-empty string.*empty string"):
+        bj.tl.embed(mapped, checkpoint=edited, key_added="")
+    assert np.array_equal(mapped.obsm["X_biomjepa"], first) and "" not in mapped.uns and "" not in mapped.obsm
+    bj.tl.embed(mapped, checkpoint=edited, key_added="X_edited")  # another key: its own obsm and uns entries
+    assert mapped.uns["X_edited"]["params"]["checkpoint"] == edited
+    assert np.array_equal(mapped.obsm["X_biomjepa"], first)
+    assert mapped.uns["biomjepa"]["params"]["checkpoint"] == tiny_checkpoint and "vocab" in mapped.uns["biomjepa"]
+    bj.tl.embed(mapped, checkpoint=edited, key_added="X_biomjepa")  # the default key, named: the default pair
+    assert "X_biomjepa" not in mapped.uns and mapped.uns["biomjepa"]["params"]["checkpoint"] == edited
+    np.testing.assert_array_equal(mapped.obsm["X_biomjepa"], mapped.obsm["X_edited"])
+
+
+def test_the_record_pins_the_whole_checkpoint(mapped, tiny_checkpoint, edited):
+    """Issue 46: an edited config.json embeds differently, so the recorded hash covers every file; the weights'
+    hash is recorded too, by its own name, and the recorded hash pins a local directory as it pins a URL."""
+    from biomjepa.model import checkpoint_sha256
+
+    a = bj.tl.embed(mapped, checkpoint=tiny_checkpoint, copy=True)
+    b = bj.tl.embed(mapped, checkpoint=edited, copy=True)
+    pa, pb = a.uns["biomjepa"]["params"], b.uns["biomjepa"]["params"]
+    assert not np.allclose(a.obsm["X_biomjepa"], b.obsm["X_biomjepa"], atol=1e-4)
+    assert pa["weights_sha256"] == pb["weights_sha256"]
+    assert pa["checkpoint_sha256"] == checkpoint_sha256(tiny_checkpoint) != pb["checkpoint_sha256"]
+    assert pb["checkpoint_sha256"] == checkpoint_sha256(edited)
+    pinned = bj.tl.embed(mapped, checkpoint=f"{tiny_checkpoint}#sha256={pa['checkpoint_sha256']}", copy=True)
+    np.testing.assert_array_equal(pinned.obsm["X_biomjepa"], a.obsm["X_biomjepa"])
+    assert pinned.uns["biomjepa"]["params"]["checkpoint"] == tiny_checkpoint
+    before = set(mapped.uns), set(mapped.obsm)
+    with pytest.raises(ValueError, match=rf"has sha256 {pb['checkpoint_sha256']}, expected {pa['checkpoint_sha256']}"):
+        bj.tl.embed(mapped, checkpoint=f"{edited}#sha256={pa['checkpoint_sha256']}")
+    assert (set(mapped.uns), set(mapped.obsm)) == before
+
+
 def test_requires_map_vocab(counts_adata, tiny_checkpoint):
     with pytest.raises(KeyError, match="map_vocab"):
         bj.tl.embed(counts_adata, checkpoint=tiny_checkpoint)

@@ -111,6 +111,21 @@ def test_lognorm_and_raw_inputs_give_the_winners_of_the_counts(mapped, tiny_chec
     assert got.uns["max_token"]["params"]["layer"] == "raw.X"
 
 
+
+def test_params_record_the_input(mapped, tiny_checkpoint):
+    """Issue 46: the record names what was read, as tl.embed's does (it used to omit ``input``)."""
+    from scipy import sparse
+
+    assert max_token(mapped, checkpoint=tiny_checkpoint, copy=True).uns["max_token"]["params"]["input"] == "counts"
+    b = mapped.copy()
+    X = b.X.toarray().astype(np.float64)
+    b.X = sparse.csr_matrix(np.log1p(1e4 * X / X.sum(axis=1, keepdims=True)))
+    with pytest.warns(UserWarning, match="without library_size_key"):
+        params = max_token(b, checkpoint=tiny_checkpoint, input="lognorm", copy=True).uns["max_token"]["params"]
+    assert params["input"] == "lognorm" and params["library_size_key"] == "estimated"
+    assert params["target_sum"] == pytest.approx(1e4, rel=1e-3)
+
+
 # --------------------------------------------------------------------------- NaN labels
 def test_max_token_drops_nan_labels_with_a_warning(mapped, tiny_checkpoint):
     _with_nan_groups(mapped)

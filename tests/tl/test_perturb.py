@@ -97,6 +97,20 @@ def test_bad_inputs_leave_adata_unchanged():
     assert "perturbation_arithmetic" not in a.uns
 
 
+
+@pytest.mark.parametrize(("kw", "exc", "pattern"), [
+    (dict(random_state=-1), ValueError, r"`random_state` must be an integer >= 0, got -1\. Pass .*`random_state=0`"),
+    (dict(random_state=0.5), TypeError, r"`random_state` must be an integer >= 0, got 0\.5"),
+])
+def test_random_state_is_checked_before_any_work(kw, exc, pattern, monkeypatch):
+    """Issue 46: ``random_state=-1`` used to surface as numpy's own message, from inside the tool."""
+    monkeypatch.setattr("biomjepa.tl._perturb._check_keys", lambda *a, **k: pytest.fail("the data were read"))
+    a = _toy()
+    with pytest.raises(exc, match=pattern):
+        perturbation_arithmetic(a, use_rep="X_rep", **kw)
+    assert "perturbation_arithmetic" not in a.uns
+
+
 # ---------------------------------------------------------------- NaN labels and non-finite representations
 @pytest.mark.filterwarnings("ignore:.*no measured target gene")
 @pytest.mark.filterwarnings("ignore:.*Wilcoxon test needs")

@@ -197,3 +197,23 @@ def test_the_view_contrast_refuses_what_it_cannot_combine_with(tmp_path):
         tiny_config(tmp_path, lambda_view_nce=1.0, objective="decoder")
     with pytest.raises(ValueError, match=r"lambda_view_nce=-1"):
         tiny_config(tmp_path, lambda_view_nce=-1.0)
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    ("data.batching=mixd", r"batching must be one of \('shard', 'source', 'mixed'\)"),
+    ("data.balance=2", r"balance=2 is out of range"),
+    ("data.balance=-0.5", r"balance=-0.5 is out of range"),
+])
+def test_batching_and_balance_are_refused_when_the_config_loads(item, message, tmp_path):
+    """Before the corpus is prepared or a run directory exists (they were refused only when batches were drawn)."""
+    with pytest.raises(ValueError, match=message):
+        load_config("tiny", [item, f"run.out_dir={tmp_path}"])
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("bf16", "precision"), [(False, "bf16"), (True, "fp32")])
+def test_the_older_bf16_key_may_not_contradict_precision(bf16, precision):
+    with pytest.raises(ValueError, match=r"loop\.bf16=.* contradicts loop\.precision"):
+        load_config("tiny", [f"loop.bf16={str(bf16).lower()}", f"loop.precision={precision}"])
+    assert load_config("tiny", ["loop.bf16=false"]).loop.amp == "fp32"  # an older config alone still reads
+    assert load_config("tiny", ["loop.bf16=true", "loop.precision=bf16"]).loop.amp == "bf16"

@@ -112,7 +112,7 @@ def test_the_contrasts_teach_a_tiny_model_to_tell_planted_cells_apart(tmp_path):
 
 def test_target_diagnostics_run_in_float32_under_a_bf16_autocast():
     """The step's diagnostics are computed inside the training step's autocast; bf16 has no SVD or
-    eigensolver on CUDA (the H100 run of session 11 stopped at step 0 with "svd_cuda_gesvdj not implemented
+    eigensolver on CUDA (the H100 run of 2026-11-26 (commit 2594b0e) stopped at step 0 with "svd_cuda_gesvdj not implemented
     for 'BFloat16'"), so they must leave the autocast and give the float32 figures."""
     import torch
 

@@ -157,3 +157,26 @@ def test_two_ranks_load_the_same_weights(tmp_path, base):
     h = [(run / f"weights_rank{r}.sha256").read_text() for r in range(2)]
     assert h[0] == h[1]
     assert load_latest_state(run)[1]["init_from"]["checkpoint_sha256"] == checkpoint_sha256(base)
+
+
+def test_a_missing_base_is_named_as_the_config_key(tmp_path):
+    """Issue 46: the loader advised "Pass `checkpoint=` ...", an argument of the tools, for `model.init_from`."""
+    cfg = tiny_config(tmp_path, init_from=str(tmp_path / "no_such_checkpoint"), gene_init="checkpoint", run_name="x")
+    with pytest.raises(FileNotFoundError, match=r"'.*no_such_checkpoint' is neither .*Set model.init_from to") as err:
+        pretrain(cfg)
+    assert "checkpoint=" not in str(err.value) and "bj.settings.checkpoint" not in str(err.value)
+
+
+def test_a_corpus_too_small_for_pca_is_advised_a_gene_init_the_run_accepts(tmp_path, base, monkeypatch):
+    """Issue 46: with `model.init_from`, the advice was `gene_init='random'`, which init_from refuses."""
+    import numpy as np
+    from scipy import sparse
+
+    from biomjepa.train import gene_init
+
+    one_cell = sparse.csr_matrix(np.ones((1, 19264), dtype=np.float32))
+    monkeypatch.setattr(gene_init, "corpus_lognorm", lambda corpus, **kw: one_cell)
+    cfg = tiny_config(tmp_path, init_from=str(base), gene_init="pca", run_name="small")
+    with pytest.raises(ValueError, match=r"model.gene_init: pca needs a corpus .* set model.gene_init: checkpoint") as err:
+        pretrain(cfg)
+    assert "random" not in str(err.value)

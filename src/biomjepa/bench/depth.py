@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY
+from .._keys import OBSM_KEY, TOKEN_KEY, uns_key_of
 from ._utils import frame, get_counts, get_labels, get_rep, progress, rows
 from .baselines import BASELINE_KEYS
 
@@ -122,7 +122,7 @@ def _check_fractions(fractions) -> list[float]:
 
 def _embed_params(adata: AnnData, key: str) -> Mapping | None:
     """``params`` written by :func:`biomjepa.tl.embed` for obsm ``key``, or None."""
-    entry = adata.uns.get(UNS_KEY if key == OBSM_KEY else key)
+    entry = adata.uns.get(uns_key_of(key))
     params = entry.get("params") if isinstance(entry, Mapping) else None
     return params if isinstance(params, Mapping) and {"checkpoint", "pooling"} <= set(params) else None
 
@@ -229,19 +229,38 @@ def _embed_maker(adata, key, params, X_full, cells, layer, checkpoint, batch_siz
     return make
 
 
+def _recorded_hashes(params: Mapping) -> tuple[str, str]:
+    """``(whole checkpoint's sha256, weights' sha256)`` recorded by :func:`biomjepa.tl.embed`; records made before
+    ``weights_sha256`` existed held the weights' hash as ``checkpoint_sha256`` (whole: ``""``)."""
+    if "weights_sha256" not in params:
+        return "", str(params.get("checkpoint_sha256", ""))
+    return str(params.get("checkpoint_sha256", "")), str(params["weights_sha256"])
+
+
 def _recorded_checkpoint(params: Mapping | None) -> str | None:
-    """A loadable reference to the checkpoint recorded by :func:`biomjepa.tl.embed` (None: the default)."""
+    """A loadable reference to the checkpoint recorded by :func:`biomjepa.tl.embed` (None: the default): a registry
+    name, or the recorded URL or directory pinned by the whole checkpoint's sha256 (an edited one is refused)."""
     if params is None:
         return None
+    from pathlib import Path
+
     from .._pretrained import REGISTRY
 
-    sha = str(params.get("checkpoint_sha256", ""))
-    for name, entry in REGISTRY.items():
-        if sha and entry.get("sha256") == sha:
-            return name
+    whole, weights = _recorded_hashes(params)
+
+    def fits(entry: Mapping) -> bool:
+        if whole and "checkpoint_sha256" in entry:
+            return entry["checkpoint_sha256"] == whole
+        return bool(weights) and entry.get("sha256") == weights
+
     name = str(params["checkpoint"])
-    if name.startswith(("http://", "https://")) and sha and "#" not in name:
-        return f"{name}#sha256={sha}"
+    if name in REGISTRY and fits(REGISTRY[name]):
+        return name
+    for reg, entry in REGISTRY.items():
+        if fits(entry):
+            return reg
+    if whole and "#" not in name and (name.startswith(("http://", "https://")) or Path(name).is_dir()):
+        return f"{name}#sha256={whole}"
     return name
 
 
@@ -252,8 +271,9 @@ def _reusable(params: Mapping | None, model, dev, layer: str | None) -> bool:
     from .._device import dtype_label
 
     dtype = dtype_label(dev)  # the label tl.embed records
+    whole, _ = _recorded_hashes(params)  # the whole checkpoint: an edited config.json embeds differently
     return (
-        params.get("checkpoint_sha256") == model.info.get("sha256")
+        bool(whole) and whole == model.info.get("checkpoint_sha256")
         and params.get("layer") == (layer or "X")
         and params.get("dtype") == dtype
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from .embed import EMBED_FLAGS
 from .types import CHECKPOINT_HELP, EPILOG, h5ad_file, non_negative_int, output_file, positive_int
 
 
@@ -28,6 +29,8 @@ def add_adapt_parser(subparsers) -> argparse.ArgumentParser:
                    "molecule equivalents; lognorm: log1p(normalize_total) values (default: counts)")
     a.add_argument("--library-size-key", default=None, metavar="OBS_COLUMN",
                    help="with --input lognorm: obs column of total counts per cell (default: estimated)")
+    a.add_argument("--gene-key", default=None, help="var column with gene symbols / Ensembl / Entrez ids (default: var_names)")
+    a.add_argument("--id-type", default="auto", choices=["auto", "entrez"], help="as in `biomjepa embed` (default: auto)")
     a.add_argument("--species", default="human", choices=["human", "mouse"],
                    help="species of the gene identifiers (default: human)")
     a.add_argument("--steps", type=positive_int, default=None,
@@ -39,10 +42,11 @@ def add_adapt_parser(subparsers) -> argparse.ArgumentParser:
     return a
 
 
-#: the library's argument names in messages -> this command's options
-ADAPT_FLAGS = {"out_dir=": "--out ", "time_budget": "--time-budget", "steps must": "--steps must",
-               "use_raw=True": "--use-raw", "layer=": "--layer ", "library_size_key": "--library-size-key",
-               "input='lognorm'": "--input lognorm"}
+#: the library's argument names in messages -> this command's options (those of `biomjepa embed` included)
+ADAPT_FLAGS = {"`bj.tl.embed(adata, checkpoint=out_dir)`": "`biomjepa embed IN.h5ad OUT.h5ad --checkpoint DIR`",
+               "`bj.tl.embed`": "`biomjepa embed`", "bj.tl.adapt": "biomjepa adapt", "^adata has ": "INPUT has ",
+               "out_dir=": "--out ", "a new out_dir": "a new --out directory", r"~\bout_dir\b": "--out",
+               "time_budget": "--time-budget", "steps must": "--steps must", **EMBED_FLAGS}
 
 
 def run_adapt(args: argparse.Namespace) -> None:
@@ -54,6 +58,10 @@ def run_adapt(args: argparse.Namespace) -> None:
     from .errors import Stopped
 
     adata = ad.read_h5ad(args.input) if args.embed else ad.read_h5ad(args.input, backed="r")
+    bj.pp.map_vocab(adata, gene_key=args.gene_key, layer=args.layer, use_raw=args.use_raw, species=args.species,
+                    id_type=args.id_type)  # before training: a mapping error or warning is not met after it
+    rep = adata.uns["biomjepa"]["vocab"]
+    print(f"mapped {rep['n_matched']}/{rep['n_vars']} genes; {rep['count_fraction']:.1%} of counts kept")
     try:
         bj.tl.adapt(adata, args.checkpoint, layer=args.layer, use_raw=args.use_raw, input=args.input_kind,
                     library_size_key=args.library_size_key, species=args.species, steps=args.steps,

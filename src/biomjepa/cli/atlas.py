@@ -67,13 +67,17 @@ def build_parser(prog: str = "biomjepa embed") -> argparse.ArgumentParser:
                    help="once complete, replace each input by a copy with obsm['X_biomjepa'] (temporary file + rename)")
     p.add_argument("--overwrite", action="store_true", help="start an existing store again from nothing (one process)")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO level, progress bars)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (shown on stderr by default; also accepted before `embed`, as in "
+                   "`biomjepa --no-progress embed ... --store OUT.zarr`)")
     return p
 
 
 def atlas_argv(argv: list[str]) -> list[str] | None:
-    """The arguments for :func:`main` when ``biomjepa`` ``argv`` asks for ``embed ... --store``, else ``None``."""
+    """The arguments for :func:`main` when ``biomjepa`` ``argv`` asks for ``embed ... --store``, else ``None``;
+    the global options before ``embed`` (``-v``, ``--no-progress``) are the atlas parser's own."""
     lead = 0
-    while lead < len(argv) and argv[lead] in ("-v", "--verbose"):
+    while lead < len(argv) and argv[lead] in ("-v", "--verbose", "--no-progress"):
         lead += 1
     if lead == len(argv) or argv[lead] != "embed":
         return None
@@ -105,10 +109,12 @@ def main(argv: list[str] | None = None, prog: str = "biomjepa embed") -> int:
                         library_size_key=args.library_size_key)
 
     check_usage(parser, check, flags=ATLAS_FLAGS)
-    if args.verbose:
-        from .._settings import settings
+    from .._settings import settings
 
+    if args.verbose:
         settings.verbosity = 2
+    if args.no_progress:
+        settings.progress = False  # as `biomjepa --no-progress COMMAND` does
     rank, world, _ = dist_env()
     who = f" (rank {rank}/{world})" if world > 1 else ""
     return run_command(lambda: run_atlas(args), prog=f"{prog}{who}", verbose=args.verbose, flags=ATLAS_FLAGS)

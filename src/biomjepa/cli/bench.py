@@ -51,7 +51,8 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
 #: the library's argument names in messages -> this command's options
 BENCH_FLAGS = {"Pass use_raw=False": "Drop --use-raw", "input='lognorm'": "--input lognorm", "use_raw=True": "--use-raw",
                "library_size_key=": "--library-size-key", "library_size_key": "--library-size-key",
-               "`layer=`": "--layer", "`label_key=`": "--label-key", "`batch_key=`": "--batch-key"}
+               "`layer=`": "--layer", "`label_key=`": "--label-key", "`batch_key=`": "--batch-key",
+               " (in a training corpus entry: counts: reads)": "", r"~\binput='(\w+)'": r"--input \1"}
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, Path]:

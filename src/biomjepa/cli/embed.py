@@ -13,6 +13,7 @@ from .types import (
     DEVICE_HELP,
     EPILOG,
     GENE_FLAGS,
+    READ_FLAGS,
     h5ad_file,
     output_file,
     positive_int,
@@ -66,7 +67,7 @@ EMBED_FLAGS = {"or layer=, not both": "or --layer, not both", "input='lognorm'":
                "Pass use_raw=False": "Drop --use-raw", "pass use_raw=False": "drop --use-raw",
                ", after mapping its genes with `bj.pp.map_vocab(adata, use_raw=True)`": "",
                "`bj.pp.map_vocab(adata, use_raw=True)`": "--use-raw", "use_raw=True": "--use-raw",
-               "`layer=`": "--layer", "layer=": "--layer ", **GENE_FLAGS}
+               "`layer=`": "--layer", "layer=": "--layer ", **READ_FLAGS, **GENE_FLAGS}
 
 
 def run_embed(args: argparse.Namespace) -> None:

@@ -6,14 +6,18 @@ code for work stopped on purpose and left to be resumed (:class:`Stopped`: ``bio
 by SIGTERM/SIGINT exits ``128 + signum``). The library names
 its Python arguments in its messages (``overwrite=True``), never a command's options; a command
 passes ``flags``, a mapping of those phrases to its own options, so its user reads ``--overwrite``.
+Warnings raised while a command runs go the same way: each distinct one printed once, as
+``PROG: warning: MESSAGE`` in the command's options, without Python's ``file:line:`` and source line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 
 #: exceptions that end a command with exit code 1 and a one-line message (anything else is a bug: traceback)
 RUNTIME_ERRORS = (ValueError, KeyError, TypeError, RuntimeError, OSError)
@@ -21,11 +25,16 @@ RUNTIME_ERRORS = (ValueError, KeyError, TypeError, RuntimeError, OSError)
 
 def error_message(err: BaseException, flags: Mapping[str, str] | None = None) -> str:
     """The text of ``err`` for a command's user: a ``KeyError``'s message unquoted, Python argument
-    names replaced by the command's options (``flags``; a phrase starting with ``^`` only at the start, one
-    starting with ``~`` a regular expression whose flag may refer to its groups, ``\\1``)."""
+    names replaced by the command's options (:func:`in_flags`)."""
+    return in_flags(str(err.args[0] if isinstance(err, KeyError) and err.args else err), flags)
+
+
+def in_flags(message: str, flags: Mapping[str, str] | None = None) -> str:
+    """``message`` with the library's Python phrases replaced by a command's options (``flags``, in order; a
+    phrase starting with ``^`` only at the start, one starting with ``~`` a regular expression whose flag may
+    refer to its groups, ``\\1``)."""
     import re
 
-    message = str(err.args[0] if isinstance(err, KeyError) and err.args else err)
     for phrase, flag in (flags or {}).items():
         if phrase.startswith("~"):
             message = re.sub(phrase[1:], flag, message)
@@ -34,6 +43,25 @@ def error_message(err: BaseException, flags: Mapping[str, str] | None = None) ->
         else:
             message = message.replace(phrase, flag)
     return message
+
+
+@contextlib.contextmanager
+def plain_warnings(prog: str, flags: Mapping[str, str] | None = None) -> Iterator[None]:
+    """While the block runs, each distinct warning is printed once on stderr as ``PROG: warning: MESSAGE``
+    in the command's options (``flags``), not as Python's ``FILE:LINE: UserWarning: ...`` plus a source line
+    (the same warning raised from two places of the library is one message to the command's user). The
+    warning filters (``python -W``) still decide which warnings are shown."""
+    seen: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = in_flags(str(message), flags)
+        if text not in seen:
+            seen.add(text)
+            print(f"{prog}: warning: {text}", file=sys.stderr)
+
+    with warnings.catch_warnings():  # puts the previous showwarning back after the block
+        warnings.showwarning = show
+        yield
 
 
 class Stopped(Exception):
@@ -48,9 +76,11 @@ class Stopped(Exception):
 def run_command(func: Callable[[], object], *, prog: str, verbose: bool = False,
                 flags: Mapping[str, str] | None = None) -> int:
     """Run ``func()``; 0 when it returns, 1 with ``PROG: error: MESSAGE`` on stderr when it raises one of
-    :data:`RUNTIME_ERRORS` (with the traceback logged too when ``verbose``), ``err.code`` for :class:`Stopped`."""
+    :data:`RUNTIME_ERRORS` (with the traceback logged too when ``verbose``), ``err.code`` for :class:`Stopped`.
+    Its warnings are printed once each, in ``flags`` (:func:`plain_warnings`)."""
     try:
-        func()
+        with plain_warnings(prog, flags):
+            func()
     except Stopped as err:
         print(f"{prog}: {error_message(err, flags)}", file=sys.stderr)
         return err.code
@@ -67,6 +97,7 @@ def check_usage(parser: argparse.ArgumentParser, check: Callable[[], object],
                 flags: Mapping[str, str] | None = None) -> None:
     """Run ``check()`` before any work; one of ``errors`` is a usage error (``parser.error``: exit code 2)."""
     try:
-        check()
+        with plain_warnings(parser.prog, flags):
+            check()
     except errors as err:
         parser.error(error_message(err, flags))

@@ -14,8 +14,9 @@ DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda or cuda:N; CUDA wit
 EPILOG = "exit codes: 0 success, 1 error while running (message on stderr), 2 usage error (bad arguments, missing files)"
 
 #: The gene-mapping phrases of the library's messages (``bj.pp.map_vocab``, corpus preparation) -> the options
-#: of every command that maps genes (``embed``, ``embed --store``, ``graph``): the fix in flags, not Python.
-GENE_FLAGS = {'pass species="mouse"': "pass --species mouse", 'species="mouse"': "--species mouse",
+#: of every command that maps genes (``embed``, ``embed --store``, ``adapt``, ``graph``): the fix in flags, not Python.
+GENE_FLAGS = {"`bj.pp.map_vocab(adata, gene_key='symbol')`": "pass --gene-key symbol",
+              'pass species="mouse"': "pass --species mouse", 'species="mouse"': "--species mouse",
               'pass id_type="entrez"': "pass --id-type entrez", 'id_type="entrez"': "--id-type entrez",
               "Pass `gene_key=`": "Pass --gene-key", "`gene_key=`": "--gene-key", "gene_key= ": "--gene-key COLUMN ",
               "gene_key=": "--gene-key ", "species='": "--species '", "(gene_key=, species=)": "(--gene-key, --species)",
@@ -25,6 +26,14 @@ GENE_FLAGS = {'pass species="mouse"': "pass --species mouse", 'species="mouse"':
               r"~(?:[Ss]et )?`corpus: \[\{path: [^,]*, species: (\w+)\}\]`": r"pass --species \1",
               r"~(?:[Ss]et )?`corpus: \[\{path: [^,]*, gene_key: COLUMN\}\]`": "pass --gene-key COLUMN",
               r"~(?<![.\w])species: (\w+)": r"--species \1"}
+
+#: The phrases of the library's messages on reading counts and loading checkpoints (``bj.tl.embed``,
+#: ``bj.tl.adapt``, the atlas) -> the options of every command that reads counts (``embed``, ``embed --store``,
+#: ``adapt``): ``--input reads``, not ``input='reads'``.
+READ_FLAGS = {" (in a training corpus entry: counts: reads)": "", r"~\binput='(\w+)'": r"--input \1",
+              " or set `bj.settings.checkpoint`.": ".", "Pass `checkpoint=`": "Pass --checkpoint", "as `checkpoint=`": "as --checkpoint",
+              "exported by `bj.train`": "exported by `biomjepa train --export`",
+              "Use device='cpu' or 'auto'": "Use --device cpu or --device auto", r"~\bdevice='([\w:]+)'": r"--device \1"}
 
 #: Pretraining presets accepted by ``biomjepa train`` in place of a YAML file (= ``train.config.PRESETS``).
 TRAIN_PRESETS = ("tiny", "mini", "base")

@@ -112,6 +112,7 @@ def _in_entry(err: BaseException, spec: dict, entry: tuple) -> str:
              "Pass `layer=` one of them": "Set " + _spec_fix(entry, "layer", "NAME") + " to one of them"}
     for python, spec_words in words.items():
         message = message.replace(python, spec_words)
+    message = re.sub(r", or give a table of .* then read\.", ". A corpus entry takes no ortholog table.", message)
     message = re.sub(r"\b(species|gene_key|layer|id_type)=(?:'([^']*)'|None)", r"\1: \2", message)
     where, i, _ = entry
     label = where if i is None else f"{where}[{i}]"

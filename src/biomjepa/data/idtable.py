@@ -258,9 +258,11 @@ def _ortholog_table(species: str, orthologs) -> pd.Series | None:
         return None
     if species == "mouse":
         return mouse_orthologs()
-    raise ValueError(
-        f"species={species!r} has no bundled orthologs: pass `orthologs=` (a DataFrame or CSV path with "
-        f"columns {species} symbol, human symbol), or use species='human' / 'mouse'."
+    raise ValueError(  # said for callers without `orthologs=` too (tl.adapt, the atlas, a corpus entry)
+        f"species={species!r} has no bundled orthologs (only 'human' and 'mouse' have them). To map {species} "
+        f"genes, rename them to their human symbols first, or give a table of {species} → human symbols to "
+        f"`bj.pp.map_vocab(adata, species={species!r}, orthologs=TABLE)` (a DataFrame or CSV path with columns "
+        f"{species} symbol, human symbol), whose mapping the bj.tl tools then read."
     )
 
 

@@ -67,6 +67,22 @@ def warn_if_reads(totals: np.ndarray, where: str) -> None:
             "molecule equivalents.", UserWarning, stacklevel=4)
 
 
+#: median library size under which counts declared as reads look like droplet molecules (UMIs)
+UMI_LIKE = 50_000
+
+
+def warn_if_umis(totals: np.ndarray, where: str) -> None:
+    """Warn when counts declared as plate-based reads have the library sizes of droplet molecule counts."""
+    import warnings
+
+    if len(totals) and float(np.median(totals)) < UMI_LIKE:
+        warnings.warn(
+            f"{where}: declared as read counts (input='reads'), but the median library size is "
+            f"{np.median(totals):,.0f}, the depth of droplet molecule counts (UMIs), not of plate-based reads "
+            "(0.2-3 M per cell). Read as reads, genes under one count per 10,000 are dropped; pass input='counts' "
+            "for droplet data.", UserWarning, stacklevel=4)
+
+
 def check_count_kind(kind, where: str) -> str:
     """``kind`` if it is one of :data:`COUNT_KINDS`, else an error naming ``where`` and the choices."""
     if kind not in COUNT_KINDS:

@@ -19,8 +19,9 @@ from .._files import atomic_path
 from .stream import iter_vocab_counts
 
 
-def write_shard(source, path: str | os.PathLike, *, layer: str | None = None, token: np.ndarray | None = None) -> int:
-    """Write ``source``'s cells as a corpus shard at ``path``; returns the number of cells written.
+def write_shard(source, path: str | os.PathLike, *, layer: str | None = None,
+                token: np.ndarray | None = None) -> np.ndarray:
+    """Write ``source``'s cells as a corpus shard at ``path``; returns the source rows written (``[n]`` int64).
 
     ``source``: an AnnData (in memory or backed), :class:`~biomjepa.data.anndata_source.RawCounts` or
     :class:`~biomjepa.data.lognorm.LogNormalized`; ``token``: the genes' vocabulary indices (−1: unmapped;
@@ -37,4 +38,4 @@ def write_shard(source, path: str | os.PathLike, *, layer: str | None = None, to
     with atomic_path(Path(path), suffix=".npz") as tmp:
         np.savez(tmp, data=X.data, indices=X.indices.astype(np.int32), indptr=X.indptr.astype(np.int64),
                  totals=np.concatenate(totals), rows=np.concatenate(rows))
-    return int(X.shape[0])
+    return np.concatenate(rows).astype(np.int64)

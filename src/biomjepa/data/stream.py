@@ -131,7 +131,7 @@ def iter_vocab_counts(
     :class:`~biomjepa.data.reads.ReadCounts` ``adata``, ``input="reads"``): plate-based read counts, yielded
     as :func:`~biomjepa.data.reads.molecule_equivalents`.
     """
-    from .reads import ReadCounts, molecule_equivalents, warn_if_reads
+    from .reads import ReadCounts, molecule_equivalents, warn_if_reads, warn_if_umis
     from .vocab import Vocab
 
     token = token_column(adata, token_key, vocab_size) if token is None else np.asarray(token, dtype=np.int64)
@@ -140,8 +140,8 @@ def iter_vocab_counts(
     tool, warned = where is None, False
     for rows, block in iter_checked_counts(adata, layer=layer, chunk=chunk, start=start, stop=stop, where=where):
         counts, totals = to_vocab_counts(block, token, V)
-        if tool and not reads and not warned and not isinstance(adata, LogNormalized):
-            warn_if_reads(totals, where_label(layer, adata))
+        if tool and not warned and not isinstance(adata, LogNormalized):
+            (warn_if_umis if reads else warn_if_reads)(totals, where_label(layer, adata))
             warned = True
         yield (rows, *molecule_equivalents(counts, totals)) if reads else (rows, counts, totals)
 

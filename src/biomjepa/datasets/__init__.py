@@ -16,10 +16,15 @@ def pancreas():
     The held-out half (stratified by cell type, seed 0) of the 2,142-cell Baron subset shipped by
     PyPI ``came`` 0.1.13 (MIT); these cells were excluded from pretraining the bundled model.
 
+    The source spells symbols as R's ``make.names`` does (``HLA.A``); the 128 such names that are a
+    vocabulary symbol once ``.`` is read as ``-`` carry that symbol here (``HLA-A``, ``NKX2-2``), so
+    ``bj.pp.map_vocab`` maps them without a warning (``scripts/make_demo_data.py``; counts unchanged).
+
     Returns
     -------
-    AnnData with raw counts in ``X`` (CSR, 20,125 gene symbols), ``obs["cell_type"]`` (14 types)
-    and ``obs["donor"]``.
+    AnnData with raw counts in ``X`` (CSR, 20,125 gene symbols), ``obs["cell_type"]`` (14 types),
+    ``obs["donor"]`` and ``var["original_name"]`` (the source's spelling of the 128 renamed genes,
+    missing for the others).
     """
     import anndata as ad
 

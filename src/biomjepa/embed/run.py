@@ -185,7 +185,8 @@ def _manifest(model, inps, *, block_rows, batch_size, dev, read_kw, gene_key, sp
     return {
         "format": FORMAT,
         "checkpoint": model.info.get("name", "unnamed"),
-        "checkpoint_sha256": model.info.get("sha256", ""),
+        "checkpoint_sha256": model.info.get("checkpoint_sha256", ""),  # every file: an edited config.json differs
+        "weights_sha256": model.info.get("sha256", ""),
         "embedding_dim": int(model.config.embedding_dim),
         "block_rows": int(block_rows),
         "settings": {

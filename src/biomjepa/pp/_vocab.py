@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from .._keys import TOKEN_KEY, UNS_KEY
+from .._keys import TOKEN_KEY, UNS_KEY, check_key_added
 from ..data.anndata_source import RawCounts, counts_view, get_modality
 from ..data.idtable import Resolution, map_var, mouse_like_fraction, r_names, suffixed_names
 from ..data.vocab import PANEL_COVERAGE, Vocab, warn_panel
@@ -118,6 +118,7 @@ def map_vocab(
         raise ValueError(
             "copy=True is not supported for backed AnnData; use copy=False (only .var/.uns change)."
         )
+    key = check_key_added(key_added, TOKEN_KEY, uns=False)  # a .var column
     adata = adata.copy() if copy else adata
     target = get_modality(adata, mod)
     source = counts_view(target, layer=layer, use_raw=use_raw)  # target, or its .raw
@@ -126,7 +127,6 @@ def map_vocab(
         orthologs=orthologs, id_type=id_type, where=".raw.var" if isinstance(source, RawCounts) else ".var",
     )
 
-    key = key_added or TOKEN_KEY
     report = _report(source, names, res, layer=layer, species=species)
     report["params"] = {
         "gene_key": gene_key or "var_names",

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import TOKEN_KEY
+from .._keys import TOKEN_KEY, check_key_added
 from .._settings import settings
 from ..data.graph import graph_label
-from ._null import count_in, expression_bins, matched_random_set, scan_gene_stats
-from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_source
+from ._null import check_null_args, count_in, expression_bins, matched_random_set, scan_gene_stats
+from ._utils import check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -132,14 +132,17 @@ def ablate_programme(
     ``.uns[key_added]["null_sets"]``
         DataFrame: ``programme``, ``set``, ``programme_gene``, ``random_gene``, their bins, ``widened`` (Chebyshev distance).
     ``.uns[key_added]["params"]``
-        all parameters, the genes used per programme and the genes left out.
+        all parameters (``input`` as :func:`biomjepa.tl.embed` records it), the genes used per programme and the
+        genes left out.
     """
 
     from .._device import resolve_device
     from .._pretrained import load_model
 
     bs = check_batch_size(batch_size)
+    n_random, n_cells, n_bins, random_state = check_null_args(n_random, n_cells, n_bins, random_state)
     check_copy(adata, copy)
+    key_added = check_key_added(key_added, "ablation")
     adata = adata.copy() if copy else adata
     target, source = mapped_source(
         adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
@@ -150,8 +153,6 @@ def ablate_programme(
     groups, labelled = _groups(target, groupby)
     if matched is not None:
         _check_matched(matched, programmes, groups[labelled], groupby)
-    if n_random < 1 or n_cells < 2:
-        raise ValueError(f"n_random must be >= 1 and n_cells >= 2; got {n_random}, {n_cells}.")
     plan = _plan(source, programmes, groups, labelled, layer=layer, n_cells=n_cells, n_random=n_random,
                  n_bins=n_bins, random_state=random_state, required=set((matched or {}).values()))
     dev = resolve_device(device)
@@ -170,6 +171,7 @@ def ablate_programme(
         "n_bins": n_bins, "random_state": random_state, "batch_size": bs, "device": str(dev),
         "programmes": plan["programmes"], "left_out": plan["left_out"],
         "null": "mean-expression × detection quantile bins over detected genes",
+        **input_params(source, input, library_size_key),
     }
     _write(target, key_added, result, rows)
     return adata if copy else None

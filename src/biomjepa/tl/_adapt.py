@@ -8,6 +8,7 @@ and :func:`biomjepa.tl.embed` embeds the cells with the adapted checkpoint. No `
 
 from __future__ import annotations
 
+import contextlib
 import copy as _copy
 import logging
 import math
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY
+from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY, embedding_keys, uns_key_of
 from .._settings import settings
 from ._utils import check_copy
 
@@ -75,8 +76,10 @@ def adapt(
     Rows are read chunk by chunk (backed AnnData works); genes without ``var["biomjepa_token"]`` are
     mapped with ``species`` (and the column written at the end, as :func:`biomjepa.pp.map_vocab` does).
     On one CPU thread a seed gives the same checkpoint and embedding each time (``time_budget`` aside).
-    Ctrl-C or SIGTERM stop it with :class:`KeyboardInterrupt`, leaving no checkpoint directory and
-    ``adata`` as it was.
+    Training and the embedding run in ``bj.settings.precision`` (recorded as ``precision``), so a later
+    ``bj.tl.embed(adata, checkpoint=out_dir)`` in the same setting gives the same embedding. Ctrl-C or SIGTERM
+    stop it with :class:`KeyboardInterrupt`; a stop or an error leaves no checkpoint directory, no scratch files
+    and ``adata`` as it was; a second adapt on the same ``out_dir`` while one runs is refused at once.
 
     Parameters
     ----------
@@ -94,8 +97,9 @@ def adapt(
     steps
         Training steps of 64 cells; default :func:`default_steps` (24 passes over the cells, 300–1,000 steps).
     time_budget
-        Stop training once this many seconds have passed (checked every ``max(5, steps // 50)`` steps;
-        the learning-rate schedule stays that of ``steps``).
+        Stop training after the first step that ends this many seconds after the call began (checked after
+        every step; the learning-rate schedule stays that of ``steps``); the export and the embedding of the
+        cells come on top.
     out_dir
         Directory for the adapted checkpoint (new or empty); default a new directory under
         ``bj.settings.cachedir / "adapted"``.
@@ -119,13 +123,16 @@ def adapt(
     ``.uns["biomjepa"]["adapt"]``
         ``checkpoint`` (path), ``checkpoint_sha256``, ``weights_sha256``, ``base`` (reference, name and
         sha256s of the base checkpoint), ``steps``, ``steps_done``, ``seconds``, ``recipe``, ``seed``,
-        ``n_cells``, ``time_budget``.
+        ``n_cells``, ``time_budget``, ``precision`` (what training and the embedding ran in).
     ``.var["biomjepa_token"]``
         written only when the genes were not mapped before.
     """
+    from .._files import sigterm_interrupts
     from ..data.anndata_source import counts_view, get_modality
 
+    t0 = time.perf_counter()
     _check_args(steps, time_budget, seed)
+    key_added = embedding_keys(key_added)[0]  # checked before any work; tl.embed's rule for the obsm and uns keys
     check_copy(adata, copy)
     adata = adata.copy() if copy else adata
     target = get_modality(adata, mod)
@@ -133,15 +140,14 @@ def adapt(
     _check_size(target.n_obs)
     token, mapped = _tokens(source, species)
     base = str(checkpoint if checkpoint is not None else settings.checkpoint)
-    out = _out_dir(out_dir)
-    try:
-        record = _train(source, layer, token, base, out, steps, seed, time_budget)
-    except BaseException:
-        if out_dir is None and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # the empty default directory made for it
-        raise
-    _write(adata, target, record, mapped=mapped, layer=layer, use_raw=use_raw, input=input,
-           library_size_key=library_size_key, species=species, mod=mod, key_added=key_added)
+    with sigterm_interrupts("bj.tl.adapt stopped by SIGTERM; nothing was written."), _claimed(out_dir) as out:
+        try:
+            record = _train(source, layer, token, base, out, steps, seed, time_budget, t0)
+            _write(adata, target, record, mapped=mapped, layer=layer, use_raw=use_raw, input=input,
+                   library_size_key=library_size_key, species=species, mod=mod, key_added=key_added)
+        except BaseException:
+            _discard(out, made=out_dir is None)
+            raise
     return adata if copy else None
 
 
@@ -175,39 +181,99 @@ def _tokens(source, species: str) -> tuple[np.ndarray, bool]:
     return np.asarray(res.token, dtype=np.int64), False
 
 
-def _out_dir(out_dir) -> Path:
-    if out_dir is not None:
-        out = Path(out_dir).expanduser()
-    else:
+@contextlib.contextmanager
+def _claimed(out_dir):
+    """The checkpoint directory, checked and locked for this call (a second adapt on it is refused at once).
+
+    A symlink is followed (the checkpoint goes where it points). The lock is a hidden file beside the directory,
+    removed when the call ends.
+    """
+    from .._files import lock
+
+    if out_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        out = Path(tempfile.mkdtemp(prefix=f"adapt-{stamp}-", dir=_mkdir(settings.cachedir / "adapted")))
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"out_dir={str(out)!r} exists and is not an empty directory; adapt never replaces a "
-                              "checkpoint. Give a new directory.")
-    _mkdir(out.parent)
-    return out
+        out = Path(tempfile.mkdtemp(prefix=f"adapt-{stamp}-", dir=_mkdir(settings.cachedir / "adapted", "out_dir")))
+    else:
+        out = Path(os.path.realpath(Path(out_dir).expanduser()))
+        if Path(os.path.realpath(os.getcwd())).is_relative_to(out):
+            raise ValueError(f"out_dir={str(out_dir)!r} is the current working directory (or a folder above it): the "
+                             "checkpoint directory appears whole, by a rename, which would replace it. Give a new "
+                             "directory, e.g. out_dir='adapted'.")
+        _mkdir(out.parent, "out_dir")
+    path = out.parent / f".{out.name}.adapt.lock"
+    held = lock(path, what=f"out_dir={str(out)!r}", fix="Another bj.tl.adapt is writing its checkpoint there: "
+                "wait for it to finish, or give another out_dir.")
+    try:
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            what = "a file" if not out.is_dir() else "not an empty directory"
+            raise FileExistsError(f"out_dir={str(out)!r} is {what}; adapt never replaces a checkpoint or other "
+                                  "files. Give a new directory (or an empty one).")
+        yield out
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        held.release()
 
 
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
+def _mkdir(path: Path, name: str) -> Path:
+    """``path`` made (with its parents), or a ``ValueError`` naming ``name`` where it cannot be."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(f"{name}: {str(path)!r} (or a folder above it) is a file, not a directory; give "
+                                 f"a {name} whose parent folders are directories.") from None
+    except PermissionError:
+        raise PermissionError(f"{name}: cannot create {str(path)!r} (permission denied); give a {name} in a "
+                              "folder you can write to.") from None
     return path
 
 
-def _train(source, layer, token, base: str, out: Path, steps, seed: int, time_budget) -> dict:
+def _discard(out: Path, *, made: bool) -> None:
+    """Remove what this call put at ``out`` (the checkpoint, or the empty default directory made for it)."""
+    if out.is_dir() and (made or any(out.iterdir())):
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _train(source, layer, token, base: str, out: Path, steps, seed: int, time_budget, t0: float) -> dict:
     """Write the cells as a shard in a scratch directory beside ``out``, adapt, and remove the scratch."""
     from ..data.shard_file import write_shard
     from ..train.adapt import adapt_encoder
 
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.adapt-", dir=out.parent))
+    work = Path(_scratch(out))
     try:
-        n = write_shard(source, work / "cells.npz", layer=layer, token=token)
-        _check_size(n, "adata has")
-        steps = default_steps(n) if steps is None else int(steps)
-        logger.info("adapt: %d cells, %d steps from %s", n, steps, base)
-        return adapt_encoder(work / "cells.npz", out, init_from=base, steps=steps, seed=seed, time_budget=time_budget,
-                             work_dir=work, device=settings.device, progress=settings.show_progress)
+        rows = write_shard(source, work / "cells.npz", layer=layer, token=token)
+        _check_all_mapped(source, rows)
+        steps = default_steps(len(rows)) if steps is None else int(steps)
+        logger.info("adapt: %d cells, %d steps from %s", len(rows), steps, base)
+        budget = None if time_budget is None else time_budget - (time.perf_counter() - t0)
+        return adapt_encoder(work / "cells.npz", out, init_from=base, steps=steps, seed=seed, time_budget=budget,
+                             work_dir=work, device=settings.device, precision=settings.precision,
+                             progress=settings.show_progress)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _scratch(out: Path) -> str:
+    try:
+        return tempfile.mkdtemp(prefix=f".{out.name}.adapt-", dir=out.parent)
+    except PermissionError:
+        raise PermissionError(f"out_dir: cannot write to {str(out.parent)!r} (permission denied), where adapt assembles "
+                              "the checkpoint before it appears as out_dir; give an out_dir in a folder you can "
+                              "write to.") from None
+
+
+def _check_all_mapped(source, rows: np.ndarray) -> None:
+    """Refuse, before training, cells without counts in a mapped gene (``tl.embed`` could not embed them)."""
+    n = source.n_obs
+    if len(rows) == n:
+        return
+    missing = np.setdiff1d(np.arange(n), rows)
+    names = ", ".join(map(str, source.obs_names[missing[:5]])) + (", …" if len(missing) > 5 else "")
+    raise ValueError(
+        f"{len(missing)} of the {n} cells have no counts in any mapped gene ({names}): they cannot be embedded, so "
+        "nothing was trained. Drop them first, e.g. `adata = adata[np.asarray(adata[:, adata.var['biomjepa_token'] "
+        ">= 0].X.sum(1)).ravel() > 0].copy()` after `bj.pp.map_vocab(adata)`."
+    )
 
 
 def _write(adata, target, record: dict, *, mapped: bool, layer, use_raw, input, library_size_key, species, mod,
@@ -216,7 +282,7 @@ def _write(adata, target, record: dict, *, mapped: bool, layer, use_raw, input, 
     from ..pp import map_vocab
     from ._embed import embed
 
-    uns_key = UNS_KEY if key_added == OBSM_KEY else key_added
+    uns_key = uns_key_of(key_added)
     before = {k: _copy.deepcopy(target.uns[k]) for k in {UNS_KEY, uns_key} if k in target.uns}
     had_obsm = key_added in target.obsm
     old_obsm = target.obsm[key_added] if had_obsm else None

@@ -41,10 +41,11 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import TOKEN_KEY
+from .._keys import TOKEN_KEY, check_key_added
 from .._settings import settings
+from ._null import check_null_args
 from ._null import count_in as _count_in
-from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_source
+from ._utils import check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -163,14 +164,16 @@ def programme_dependencies(
     from ..train.target_errors import programme_errors  # the one function tl uses from train
 
     bs = check_batch_size(batch_size)
+    n_random, n_cells, n_bins, random_state = check_null_args(n_random, n_cells, n_bins, random_state)
     check_copy(adata, copy)
+    key_added = check_key_added(key_added, "programme_dependencies")
     adata = adata.copy() if copy else adata
     target, source = mapped_source(
         adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
     )
     if target.n_obs == 0:
         raise ValueError("adata has no cells.")
-    progs = _check_inputs(target, programmes, groupby, matched, n_random, n_cells)
+    progs = _check_inputs(target, programmes, groupby, matched)
     dev = resolve_device(device)
     plan = _plan(source, target, progs, groupby, matched, layer=layer, n_cells=n_cells, n_random=n_random,
                  n_bins=n_bins, random_state=random_state)
@@ -192,6 +195,7 @@ def programme_dependencies(
             "left_out": plan["left_out"],
             "error": "squared L2 between predicted and centred teacher mean state of T = b ∩ observed",
             "ablation": "source genes removed from the student context; teacher target unchanged",
+            **input_params(source, input, library_size_key),
         },
     }
     return adata if copy else None
@@ -220,7 +224,7 @@ def _plan(source, target, progs, groupby, matched, *, layer, n_cells, n_random, 
             "programmes": {k: [str(vocab.symbols[g]) for g in v] for k, v in ids.items()}}
 
 
-def _check_inputs(adata, programmes, groupby, matched, n_random, n_cells) -> dict[str, list[str]]:
+def _check_inputs(adata, programmes, groupby, matched) -> dict[str, list[str]]:
     if not isinstance(programmes, Mapping) or len(programmes) < 2:
         raise TypeError("`programmes` must be a dict {name: gene symbols} with at least two programmes.")
     progs = {str(k): [str(g) for g in v] for k, v in programmes.items()}
@@ -239,8 +243,6 @@ def _check_inputs(adata, programmes, groupby, matched, n_random, n_cells) -> dic
     absent = sorted({str(g) for g in matched.values()} - present)
     if absent:
         raise KeyError(f"`matched` groups {absent} are not in adata.obs[{groupby!r}].")
-    if n_random < 1 or n_cells < 2:
-        raise ValueError(f"n_random must be >= 1 and n_cells >= 2; got {n_random}, {n_cells}.")
     return progs
 
 

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY
+from .._keys import TOKEN_KEY, embedding_keys
 from .._settings import settings
 from ..data.anndata_source import write_joint_obsm
 from ..data.stream import iter_tokenized
-from ._utils import check_batch_size, check_copy, mapped_source
+from ._utils import check_batch_size, check_copy, input_params, mapped_source
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -63,17 +63,21 @@ def embed(
     {device}
     {mod}
     key_added
-        ``obsm`` key (default ``"X_biomjepa"``); parameters go to ``uns[key_added or "biomjepa"]["params"]``.
+        ``obsm`` key of the embedding, a non-empty string. The default (``None`` or ``"X_biomjepa"``) writes
+        ``obsm["X_biomjepa"]`` and ``uns["biomjepa"]["params"]``; another key writes ``obsm[key_added]`` and
+        ``uns[key_added]["params"]``, leaving the default embedding and its record as they are.
     {copy_backed}
 
     Returns
     -------
     ``None`` or a copy (``copy=True``), with
 
-    ``.obsm["X_biomjepa"]``
+    ``.obsm["X_biomjepa"]`` (or ``.obsm[key_added]``)
         float32 ``[n_obs, 2·d_model]`` embedding (1,536 for the base model).
-    ``.uns["biomjepa"]["params"]``
-        checkpoint name and sha256, vocab hash, device, dtype and ``precision`` (``"fp32"``/``"bf16"``, what
+    ``.uns["biomjepa"]["params"]`` (or ``.uns[key_added]["params"]``)
+        checkpoint name, ``checkpoint_sha256`` (the whole checkpoint, every file:
+        :func:`biomjepa.model.checkpoint_sha256`, what ``checkpoint="DIR#sha256=…"`` pins) and ``weights_sha256``
+        (its ``model.safetensors`` only), vocab hash, device, dtype and ``precision`` (``"fp32"``/``"bf16"``, what
         ``bj.settings.precision`` resolved to), pooling, the matrix read (``layer``:
         ``"X"``, a layer name or ``"raw.X"``), ``input`` (with ``"lognorm"``: ``library_size_key`` or
         ``"estimated"``, and the recovered ``target_sum``), genes used per cell.
@@ -87,6 +91,7 @@ def embed(
 
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
+    obsm_key, uns_key = embedding_keys(key_added)
     adata = adata.copy() if copy else adata
     # fail early, before loading a model
     target, source = mapped_source(
@@ -98,15 +103,11 @@ def embed(
     model = load_model(checkpoint)
     precision = resolve_precision(None, dev)
     Z, n_genes = _embed_adata(model, source, layer=layer, batch_size=bs, device=dev, precision=precision)
-    key = key_added or OBSM_KEY
-    target.obsm[key] = Z
-    write_joint_obsm(adata, mod, key, Z)
-    uns = target.uns.setdefault(UNS_KEY if key_added is None else key_added, {})
+    target.obsm[obsm_key] = Z
+    write_joint_obsm(adata, mod, obsm_key, Z)
+    uns = target.uns.setdefault(uns_key, {})
     uns["params"] = _params(model, dev, "raw.X" if use_raw else layer, bs, n_genes, precision)
-    uns["params"]["input"] = input
-    if input == "lognorm":
-        uns["params"]["library_size_key"] = library_size_key or "estimated"
-        uns["params"]["target_sum"] = source.target_sum
+    uns["params"].update(input_params(source, input, library_size_key))
     return adata if copy else None
 
 
@@ -117,7 +118,8 @@ def _params(model, dev, layer, batch_size, n_genes, precision: str = "fp32") -> 
     info = model.info
     return {
         "checkpoint": info.get("name", "unnamed"),
-        "checkpoint_sha256": info.get("sha256", ""),
+        "checkpoint_sha256": info.get("checkpoint_sha256", ""),  # every file: config.json edits change it
+        "weights_sha256": info.get("sha256", ""),
         "vocab_hash": Vocab.default().hash,
         "device": str(dev),
         "dtype": dtype_label(dev, precision),

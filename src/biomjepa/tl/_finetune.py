@@ -18,10 +18,10 @@ import numpy as np
 
 from .._device import dtype_label
 from .._docs import doc_params
-from .._keys import TOKEN_KEY
+from .._keys import TOKEN_KEY, check_key_added
 from .._settings import settings
 from ._finetune_fit import fit_head, macro_f1
-from ._utils import check_batch_size, check_copy, mapped_source
+from ._utils import check_batch_size, check_copy, input_params, mapped_source
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -127,7 +127,7 @@ def finetune(
         (``encoder``, ``head``, ``total``) and ``throughput`` (``train_cells_per_s``: forward +
         backward + optimizer step; ``heldout_cells_per_s``: no-grad encoding + head).
     """
-    from .._checks import check_number
+    from .._checks import check_int, check_number
     from .._device import resolve_device
     from .._pretrained import load_model
     from ..data.anndata_source import get_modality
@@ -137,7 +137,9 @@ def finetune(
     _check_out_dir(out_dir)  # before training, not after it
     lr_head, lr_encoder = check_number("lr_head", lr_head, low=0, low_open=True), check_number("lr_encoder", lr_encoder, low=0)
     weight_decay = check_number("weight_decay", weight_decay, low=0)
+    random_state = check_int("random_state", random_state, low=0, example=0)
     check_copy(adata, copy)
+    key_added = check_key_added(key_added, "biomjepa_finetune")
     adata = adata.copy() if copy else adata
     codes, classes = _labels(get_modality(adata, mod), label_key)
     # fail early, before loading a model
@@ -149,19 +151,14 @@ def finetune(
     base = load_model(checkpoint)
     train_cells = gather(source, np.flatnonzero(split == "train"), layer=layer)
     valid_cells = gather(source, np.flatnonzero(split == "valid"), layer=layer)
-    opts = dict(
-        epochs=epochs,
-        batch_size=batch_size,
-        lr_head=lr_head,
-        lr_encoder=lr_encoder,
-        weight_decay=weight_decay,
-        random_state=random_state,
-    )
+    opts = dict(epochs=epochs, batch_size=batch_size, lr_head=lr_head, lr_encoder=lr_encoder, weight_decay=weight_decay,
+                random_state=random_state)
     model, fit = fit_head(base, train_cells, valid_cells, codes, split, len(classes), dev, **opts)
     del train_cells, valid_cells
     proba, heldout_s = _predict_all(model, source, layer, split, batch_size, dev)
     result = _summary(fit, proba, codes, split, classes, heldout_s)
-    result["params"] = {**_params(base, dev, label_key, "raw.X" if use_raw else layer, train_frac, valid_frac), **opts}
+    result["params"] = {**_params(base, dev, label_key, "raw.X" if use_raw else layer, train_frac, valid_frac), **opts,
+                        **input_params(source, input, library_size_key)}
     if out_dir is not None:
         result["out_dir"] = str(save_finetuned(model, classes, out_dir, base.info, label_key))
     _write(target, key_added, proba, split, classes, result)
@@ -305,7 +302,8 @@ def _params(base, dev, label_key, layer, train_frac, valid_frac) -> dict:
     info = base.info
     return {
         "checkpoint": info.get("name", "unnamed"),
-        "checkpoint_sha256": info.get("sha256", ""),
+        "checkpoint_sha256": info.get("checkpoint_sha256", ""),  # every file of the checkpoint
+        "weights_sha256": info.get("sha256", ""),
         "label_key": label_key,
         "layer": layer or "X",
         "device": str(dev),
@@ -341,7 +339,8 @@ def save_finetuned(model, classes, out_dir, base_info: dict, label_key: str) -> 
         "kind": "partial-finetune",
         "label_key": label_key,
         "base_checkpoint": base_info.get("name", ""),
-        "base_sha256": base_info.get("sha256", ""),
+        "base_checkpoint_sha256": base_info.get("checkpoint_sha256", ""),  # every file; weights only below
+        "base_weights_sha256": base_info.get("sha256", ""),
         "base_provenance": base_info.get("provenance", {}),
     }
     save_checkpoint(model.encoder, out / ENCODER_DIR, provenance=prov)

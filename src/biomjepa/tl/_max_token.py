@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import TOKEN_KEY
+from .._keys import TOKEN_KEY, check_key_added
 from .._settings import settings
-from ._utils import check_batch_size, check_copy, labels_or_drop, mapped_source
+from ._utils import check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,7 +143,7 @@ def max_token(
     ``.uns[key_added]["top_expressed_fraction"]``
         (with ``groupby``) the same for the most-expressed gene of each cell (the baseline).
     ``.uns[key_added]["params"]``
-        groupby, checkpoint, layer, batch size, device, tie rule.
+        groupby, checkpoint, layer, ``input`` (as :func:`biomjepa.tl.embed` records it), batch size, device, tie rule.
     """
     from .._device import resolve_device
     from .._pretrained import load_model
@@ -151,6 +151,7 @@ def max_token(
 
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
+    key_added = check_key_added(key_added, "max_token")
     adata = adata.copy() if copy else adata
     target, source = mapped_source(
         adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
@@ -167,7 +168,7 @@ def max_token(
     result = {"params": {
         "groupby": groupby, "checkpoint": model.info.get("name", "unnamed"), "layer": "raw.X" if use_raw else layer or "X",
         "batch_size": bs, "device": str(dev), "contribution": "share of max-pooled feature dimensions",
-        "ties": "lowest vocabulary index",
+        "ties": "lowest vocabulary index", **input_params(source, input, library_size_key),
     }}
     if groupby is not None:
         groups, valid = labels_or_drop(target, groupby, what="the winner fractions")

@@ -15,6 +15,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+def check_null_args(n_random, n_cells, n_bins, random_state) -> tuple[int, int, int, int]:
+    """``n_random``, ``n_cells``, ``n_bins`` and ``random_state`` of a programme analysis, checked before any data are
+    read: whole numbers (``n_cells`` >= 2, ``random_state`` >= 0, the others >= 1); the error names the argument."""
+    from .._checks import check_int
+
+    return (check_int("n_random", n_random, example=1), check_int("n_cells", n_cells, low=2, example=24),
+            check_int("n_bins", n_bins, example=10), check_int("random_state", random_state, low=0, example=0))
+
+
 def quantile_bins(x: np.ndarray, n_bins: int) -> np.ndarray:
     """Quantile bin index ``0..n_bins-1`` of every value of ``x`` (ties share a bin).
 

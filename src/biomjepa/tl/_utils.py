@@ -93,6 +93,14 @@ def mapped_source(
     return target, source
 
 
+def input_params(source, input: str, library_size_key: str | None) -> dict:
+    """What a tool records of the values it read: ``input`` (``"counts"``/``"reads"``/``"lognorm"``) and, for
+    ``"lognorm"``, ``library_size_key`` (or ``"estimated"``) and the recovered ``target_sum`` (as ``bj.tl.embed``)."""
+    if input != "lognorm":
+        return {"input": input}
+    return {"input": input, "library_size_key": library_size_key or "estimated", "target_sum": source.target_sum}
+
+
 def labels_or_drop(adata, key: str, *, what: str) -> tuple[np.ndarray, np.ndarray]:
     """``obs[key]`` as strings and the mask of cells that have a label; warns how many are dropped.
 

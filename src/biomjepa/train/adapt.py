@@ -23,7 +23,6 @@ import contextlib
 import logging
 import os
 import signal
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -45,10 +44,6 @@ RECIPE = {"gene_init": "checkpoint", "lr": 3e-3, "warmup_steps": 50, "batch_size
 READOUT_CELLS = 2048
 
 
-class _BudgetReached(Exception):
-    """Raised from the checkpoint hook once ``time_budget`` seconds have passed (the state is saved)."""
-
-
 def adapt_encoder(
     shard: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -60,6 +55,7 @@ def adapt_encoder(
     work_dir: str | os.PathLike,
     recipe: dict | None = None,
     device: str = "auto",
+    precision: str = "fp32",
     progress: bool = True,
 ) -> dict:
     """Adapt ``init_from``'s encoder to the cells of ``shard`` for ``steps`` steps; write it to ``out_dir``.
@@ -77,35 +73,41 @@ def adapt_encoder(
     seed
         Seed of the run (initialisation of the predictor, batches, blocks, views).
     time_budget
-        Stop after the first saved state past this many seconds of training (``None``: train all ``steps``).
+        Stop after the first step that ends past this many seconds since this call began (``None``: train all
+        ``steps``); the state of that step is exported.
     work_dir
         Scratch directory on the file system of ``out_dir`` (the caller removes it).
     recipe
         Entries replacing those of :data:`RECIPE`.
-    device, progress
-        The training device (``"auto"``: CUDA when available), and whether to show a progress bar.
+    device, precision, progress
+        The training device (``"auto"``: CUDA when available), its precision (``"fp32"``, ``"bf16"`` or ``"auto"``,
+        :func:`biomjepa._device.resolve_precision`; the resolved one is recorded as ``precision``), and whether to
+        show a progress bar.
 
     Returns
     -------
     ``{"path", "checkpoint_sha256", "weights_sha256", "base", "steps", "steps_done", "seconds", "recipe",
-    "seed", "n_cells"}``.
+    "seed", "n_cells", "time_budget", "precision"}``.
     """
+    from .._device import resolve_device, resolve_precision
+    from .._files import sigterm_interrupts
     from .._pretrained import load_model
     from ..model import checkpoint_sha256
 
+    t0 = time.perf_counter()
     recipe = {**RECIPE, **(recipe or {})}
     out, work = Path(out_dir), Path(work_dir)
     _check_out(out)
     base = load_model(init_from)
-    with _sigterm_interrupts():
-        cfg = _config(shard, work, base.config.to_dict(), init_from, steps, seed, recipe, device, progress, time_budget)
-        t0 = time.perf_counter()
+    precision = resolve_precision(precision, resolve_device(device))
+    with sigterm_interrupts("adapt stopped by SIGTERM; nothing was written."):
+        cfg = _config(shard, work, base.config.to_dict(), init_from, steps, seed, recipe, device, progress, precision)
         state = _train(cfg, time_budget, t0)
         seconds = time.perf_counter() - t0
         ckpt = work / "checkpoint"
         record = {"base": dict(state["init_from"]), "steps": int(steps), "steps_done": int(state["step"]),
                   "seconds": round(seconds, 2), "recipe": dict(recipe), "seed": int(seed),
-                  "n_cells": _n_cells(cfg), "time_budget": time_budget}
+                  "n_cells": _n_cells(cfg), "time_budget": time_budget, "precision": precision}
         _export(state, cfg, ckpt, recipe["encoder"], record, device)
         os.replace(ckpt, out)
     meta = (out / "config.json").read_text()
@@ -122,11 +124,11 @@ def _check_out(out: Path) -> None:
 
 
 def _config(shard, work: Path, arch: dict, init_from: str, steps: int, seed: int, recipe: dict, device: str,
-            progress: bool, time_budget: float | None):
-    """The run's :class:`~biomjepa.train.TrainConfig`: the ``mini`` preset's recipe on the checkpoint's encoder."""
+            progress: bool, precision: str):
+    """The run's :class:`~biomjepa.train.TrainConfig`: the ``mini`` preset's recipe on the checkpoint's encoder,
+    saved once, at its end (a time budget ends it through ``stop_when``, saved too)."""
     from .config import TrainConfig
 
-    every = steps if time_budget is None else max(5, steps // 50)  # a budget is checked at each saved state
     return TrainConfig.from_dict({
         "preset": "mini",
         "run": {"out_dir": str(work / "runs"), "run_name": "adapt", "seed": int(seed), "steps": int(steps)},
@@ -136,31 +138,29 @@ def _config(shard, work: Path, arch: dict, init_from: str, steps: int, seed: int
         "optim": {"lr": recipe["lr"], "min_lr": min(1e-6, recipe["lr"]),
                   "warmup_steps": min(int(recipe["warmup_steps"]), max(1, steps // 4))},
         "teacher": {"momentum_start": recipe["momentum_start"], "momentum_end": recipe["momentum_end"]},
-        "loop": {"device": device, "checkpoint_every": every, "keep_checkpoints": 1, "tensorboard": False,
-                 "progress": progress},
+        "loop": {"device": device, "precision": precision, "checkpoint_every": steps, "keep_checkpoints": 1,
+                 "tensorboard": False, "progress": progress},
         "probe": {"encoder": recipe["encoder"]},
     })
 
 
 def _train(cfg, time_budget: float | None, t0: float) -> dict:
-    """Run the loop; the latest state (the budget ends it at a saved state; a stop signal discards it)."""
+    """Run the loop; the latest state (a time budget ends it after a step, saved; a stop signal discards it)."""
     from .checkpoint import load_latest_state
     from .loop import pretrain, run_dir_of
     from .signals import last_stop_signal
 
-    def hook(step, teacher, run_dir):
-        if time_budget is not None and step > 0 and time.perf_counter() - t0 >= time_budget:
-            raise _BudgetReached
+    def over_budget(step: int) -> bool:
+        if time.perf_counter() - t0 < time_budget:
+            return False
+        logger.info("adapt: time budget of %.0f s reached after step %d", time_budget, step)
+        return True
 
-    try:
-        with _health_logged():
-            pretrain(cfg, on_checkpoint=hook)
-    except _BudgetReached:
-        logger.info("adapt: time budget of %.0f s reached", time_budget)
-    else:
-        signum = last_stop_signal()
-        if signum is not None:
-            raise KeyboardInterrupt(f"adapt stopped by {signal.Signals(signum).name}; nothing was written.")
+    with _health_logged():
+        pretrain(cfg, stop_when=None if time_budget is None else over_budget, resumable=False)
+    signum = last_stop_signal()
+    if signum is not None:
+        raise KeyboardInterrupt(f"adapt stopped by {signal.Signals(signum).name}; nothing was written.")
     return load_latest_state(run_dir_of(cfg))[1]
 
 
@@ -178,11 +178,11 @@ def _export(state: dict, cfg, ckpt: Path, which: str, record: dict, device: str)
     """Export ``which`` encoder of ``state`` with feature statistics measured on the adapted cells."""
     from .checkpoint import export
 
-    readout = _readout(state, cfg, which, device)
+    readout = _readout(state, cfg, which, device, record["precision"])
     export(state, ckpt, which=which, readout=readout, provenance={"source": "biomjepa.tl.adapt", "adapt": record})
 
 
-def _readout(state: dict, cfg, which: str, device: str) -> dict:
+def _readout(state: dict, cfg, which: str, device: str, precision: str) -> dict:
     """Per-feature mean and s.d. of the exported readout over up to :data:`READOUT_CELLS` adapted cells."""
     import torch
 
@@ -209,7 +209,7 @@ def _readout(state: dict, cfg, which: str, device: str) -> dict:
     with torch.random.fork_rng(devices=[]):
         model = BiomJEPA(ModelConfig.from_dict(state["model_config"]))
     model.encoder.load_state_dict(encoder_weights(state, which))
-    Z = embed_cells(model, cells, batch_size=64, device=resolve_device(device))
+    Z = embed_cells(model, cells, batch_size=64, device=resolve_device(device), precision=precision)
     mean, scale = feature_stats(Z)
     return readout_entry(mean, scale, n_cells=len(cells), source=f"bj.tl.adapt: {len(cells)} of the adapted cells")
 
@@ -220,12 +220,18 @@ def _health_logged():
     pretraining from scratch, they fire on adaptation runs that learn (a fresh predictor's R² on targets that
     move starts below 0 while the embedding's F1 rises; benchmarks/results/adapt_curve_validation.csv)."""
     from .health import TrainingHealthWarning
+    from .health import logger as health_logger
+
+    def quiet(record: logging.LogRecord) -> bool:  # the same text, also logged at WARNING by the health check
+        return record.levelno < logging.WARNING
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TrainingHealthWarning)
+        health_logger.addFilter(quiet)
         try:
             yield
         finally:
+            health_logger.removeFilter(quiet)
             seen = set()  # each distinct warning once: a progress bar can warn at every refresh
             for w in caught:
                 key = (w.category, str(w.message), w.filename, w.lineno)
@@ -233,23 +239,8 @@ def _health_logged():
                     continue
                 seen.add(key)
                 if issubclass(w.category, TrainingHealthWarning):
-                    logger.info("adapt: %s", w.message)
+                    logger.info("adapt: %s (a check written for pretraining from scratch: a fresh predictor starts "
+                                "below R² 0 while the embedding improves; judge an adaptation by its embedding, "
+                                "e.g. clusters or labels you trust)", w.message)
                 else:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts():
-    """SIGTERM raises :class:`KeyboardInterrupt` (as SIGINT does), so the caller's clean-up runs."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt("adapt stopped by SIGTERM; nothing was written.")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -32,7 +32,7 @@ RANGES: dict[str, tuple] = {
     "steps": (1, None, True, None), "batch_size": (1, None, True, None), "accumulation": (1, None, True, None),
     "n_targets": (1, None, True, None), "pred_layers": (1, None, True, None), "pred_heads": (1, None, True, None),
     "teacher_genes": (1, None, True, None), "context_genes": (1, None, True, None),
-    "thin_student": (0, 1, False, True),
+    "thin_student": (0, 1, False, True), "balance": (0, 1, True, True),
 }
 
 

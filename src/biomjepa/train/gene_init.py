@@ -44,12 +44,14 @@ def pca_gene_embedding(
     max_cells: int = 20_000,
     min_detected: float = 0.005,
     seed: int = 0,
+    instead: str = "random",
 ) -> np.ndarray:
     """``[vocab_size, d_model]`` float32 gene embeddings from the corpus' principal-component loadings.
 
     Loadings are ``components · sqrt(explained variance)`` (so leading components weigh more),
     then the whole matrix is rescaled to standard deviation ``scale`` over the detected genes.
-    Deterministic for a given corpus and ``seed``.
+    Deterministic for a given corpus and ``seed``. A corpus too small for PCA is refused, advising
+    ``model.gene_init: {instead}`` (``checkpoint`` for a run with ``model.init_from``, which refuses ``random``).
     """
     from sklearn.decomposition import PCA
 
@@ -59,8 +61,9 @@ def pca_gene_embedding(
     k = min(d_model, len(cols), X.shape[0]) - 1
     if k < 1:
         raise ValueError(
-            f"gene_init='pca' needs a corpus with at least 2 cells and 2 genes detected in {min_detected:.1%} "
-            "of cells; use gene_init='random' for this corpus."
+            f"model.gene_init: pca needs a corpus with at least 2 cells and 2 genes detected in {min_detected:.1%} "
+            f"of cells; set model.gene_init: {instead} for this corpus"
+            + (" (keep the gene embeddings of model.init_from)." if instead == "checkpoint" else ".")
         )
     dense = X[:, cols].toarray().astype(np.float32)
     pca = PCA(n_components=k, svd_solver="randomized", random_state=seed).fit(dense)

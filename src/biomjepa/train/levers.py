@@ -1,7 +1,7 @@
 """Levers that were measured and not adopted, kept in one place outside the core loss path.
 
 Each is off by default and switched on by one :class:`~biomjepa.train.sections.TeacherSection` key;
-the measurements are in ``docs/pretraining_notes.md`` (Session 4) and
+the measurements are in ``docs/pretraining_notes.md`` (2026-11-23, commits c07f7d8 to 786c465) and
 ``benchmarks/results/pretrain_levers.csv``:
 
 * ``teacher.target_scale`` (:func:`unit_rms`): 400 steps of the v0.2 recipe, 512 validation cells:

@@ -45,6 +45,7 @@ from .runlock import lock_run_dir, unlock_run_dir
 from .running import KINDS, RunningTargets
 from .schedules import lr_at, momentum_at
 from .setup import (
+    caller_rng_kept,
     check_run_inputs,
     check_shapes,
     init_from_checkpoint,
@@ -55,7 +56,7 @@ from .setup import (
     run_dir_of,
     state_hash,
 )
-from .signals import GracefulStop
+from .signals import GracefulStop, log_stopped
 
 logger = logging.getLogger(__name__)
 LOG_FIELDS = [
@@ -70,7 +71,8 @@ __all__ = ["LOG_FIELDS", "Trainer", "pretrain", "run_dir_of", "state_hash"]
 
 
 def pretrain(config: TrainConfig | dict | str | Path, overrides: list[str] | None = None, *,
-             on_checkpoint: CheckpointHook | None = None) -> Path:
+             on_checkpoint: CheckpointHook | None = None, stop_when: Callable[[int], bool] | None = None,
+             resumable: bool = True) -> Path:
     """Pretrain BioM-JEPA; resumes from the run directory's latest checkpoint. Returns the run directory.
 
     ``config`` is a :class:`TrainConfig`, a dict, a preset name (``tiny``/``mini``/``base``) or a
@@ -79,6 +81,10 @@ def pretrain(config: TrainConfig | dict | str | Path, overrides: list[str] | Non
     a ``probe`` section is such a hook, built outside the training code because it reads AnnData
     (``on_checkpoint=bj.bench.probe_hook(cfg)``; ``biomjepa train`` does this itself). Under
     ``torchrun`` every rank calls this.
+
+    ``stop_when(step)`` (rank 0's answer counts; e.g. a time budget) is asked after every step: ``True`` ends
+    the run there, saved. ``resumable=False`` (a scratch run its caller discards, as ``bj.tl.adapt``'s) leaves
+    out the "run the same command again to resume" advice when a signal stops it.
     """
     cfg = load_config(config, overrides)
     if on_checkpoint is None and cfg.probe.path is not None:
@@ -90,20 +96,12 @@ def pretrain(config: TrainConfig | dict | str | Path, overrides: list[str] | Non
     check_run_inputs(cfg)  # device and corpus listing, before the run directory or the corpus are touched
     info = init_distributed(cfg.loop.device)
     try:
-        with _caller_rng_kept():
-            return Trainer(cfg, info, on_checkpoint=on_checkpoint).run()
+        with caller_rng_kept():
+            trainer = Trainer(cfg, info, on_checkpoint=on_checkpoint)
+            trainer.stop_when, trainer.resumable = stop_when, resumable
+            return trainer.run()
     finally:
         cleanup(info)
-
-
-@contextlib.contextmanager
-def _caller_rng_kept():
-    """Give the caller's global RNG states (torch, CUDA, numpy, python) back after the run."""
-    before = rng_state()
-    try:
-        yield
-    finally:
-        set_rng_state(before)
 
 
 class Trainer:
@@ -111,6 +109,8 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, info: DistInfo, *, on_checkpoint: CheckpointHook | None = None) -> None:
         self.cfg, self.info, self.on_checkpoint = cfg, info, on_checkpoint
+        self.stop_when: Callable[[int], bool] | None = None  # pretrain(stop_when=...), asked after every step
+        self.resumable = True
         self.run_dir = run_dir_of(cfg)
         if info.is_main:
             lock_run_dir(self.run_dir)  # one process per run directory, before anything there is read or written
@@ -253,7 +253,8 @@ class Trainer:
                 if self.step == 0 and self.info.is_main:
                     self._checkpoint_hook()  # the untrained encoder: the start of the probe's trajectory
                 end = min(run.steps, run.stop_at or run.steps)
-                while self.step < end and not self._stop_agreed(stop):
+                asked = False
+                while self.step < end and not self._stop_agreed(stop, asked):
                     row = self.train_step(data)
                     log.write(row)
                     if self.info.is_main:
@@ -262,11 +263,11 @@ class Trainer:
                     if self.step % loop.checkpoint_every == 0 or self.step == end:
                         self.save()
                         saved_at = self.step
+                    asked = self.info.is_main and self.stop_when is not None and bool(self.stop_when(self.step))
                 if stop.signum is not None or self.step < end:
                     if saved_at != self.step:
                         self.save()
-                    logger.warning("stopped on %s after step %d; the state is saved in %s: run the same command "
-                                   "again to resume", stop.name, self.step, self.run_dir / "checkpoints")
+                    log_stopped(stop, self.step, self.run_dir / "checkpoints", asked=asked, resumable=self.resumable)
         finally:
             log.close()
             if self.info.is_main:
@@ -274,9 +275,10 @@ class Trainer:
         (self.run_dir / f"weights_rank{self.info.rank}.sha256").write_text(state_hash(self.model) + "\n")
         return self.run_dir
 
-    def _stop_agreed(self, stop: GracefulStop) -> bool:
-        """Whether a stop signal reached any rank (all ranks stop at the same step)."""
-        flag = float(stop.signum is not None)
+    def _stop_agreed(self, stop: GracefulStop, asked: bool = False) -> bool:
+        """Whether a stop signal reached any rank, or rank 0's ``stop_when`` said stop (all ranks stop at the
+        same step)."""
+        flag = float(stop.signum is not None or asked)
         if self.info.enabled:
             flag = all_reduce_(torch.tensor([flag], device=self.info.device), self.info, "max").item()
         return flag > 0

@@ -44,12 +44,12 @@ class DataSection:
     cache_dir: str | None = None
     batch_size: int = 8  # per rank
     accumulation: int = 8
-    num_workers: int = 0
+    num_workers: int = 0  # loader processes; more than this process' CPU cores is refused before the run
     sort_pool: int = 64
     teacher_genes: int | None = None
     context_genes: int | None = None
     thin_student: float | None = None
-    batching: str = "shard"  # "shard" | "source" | "mixed" (biomjepa.data.sampling)
+    batching: Literal["shard", "source", "mixed"] = "shard"  # biomjepa.data.sampling.BATCHINGS
     balance: float = 1.0  # source weight ∝ n_s ** balance (1: every cell equally often, 0: every source)
 
 
@@ -180,6 +180,9 @@ class LoopSection:
         from .._settings import check_precision
 
         object.__setattr__(self, "precision", check_precision(self.precision, "loop.precision"))
+        if self.bf16 is not None and self.precision != "auto" and (self.precision == "bf16") != self.bf16:
+            raise ValueError(f"loop.bf16={str(self.bf16).lower()} contradicts loop.precision={self.precision!r}; "
+                             "loop.bf16 is the older key: delete it and keep loop.precision.")
 
     @property
     def amp(self) -> str:

@@ -8,6 +8,7 @@ saved state.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from pathlib import Path
@@ -30,9 +31,12 @@ def run_dir_of(cfg: TrainConfig) -> Path:
 def check_run_inputs(cfg: TrainConfig) -> None:
     """What can be checked before the run directory or the corpus cache is touched: ``loop.device`` usable on
     this machine (CUDA present for ``cuda``/``cuda:N``, MPS for ``mps``; a ``RuntimeError`` otherwise) and the
-    ``data.corpus`` listing (its files exist and are h5ad/npz, none listed twice), in the config's words."""
+    ``data.corpus`` listing (its files exist and are h5ad/npz, none listed twice), and ``data.num_workers`` (at
+    most the CPU cores this process may use), in the config's words."""
     from .._device import check_available
     from ..data.shards import check_corpus_listing
+
+    check_num_workers(cfg.data.num_workers)
 
     device = cfg.loop.device
     if device != "auto":
@@ -41,6 +45,19 @@ def check_run_inputs(cfg: TrainConfig) -> None:
     corpus = cfg.data.corpus
     if corpus is not None and not (isinstance(corpus, str) and (Path(corpus) / "manifest.json").is_file()):
         check_corpus_listing(corpus, "data.corpus")
+
+
+def check_num_workers(n: int) -> None:
+    """Refuse more loader processes (``data.num_workers``) than the CPU cores this process may use, the limit
+    past which ``torch``'s DataLoader warns (twice) that the run may slow down or freeze. Refused, not lowered:
+    the number of workers decides which cells each step sees (a resumed run must keep it)."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if n and cores and n > cores:
+        raise ValueError(f"data.num_workers={n} asks for {n} loader processes, but this process may use {cores} CPU "
+                         f"core{'s' if cores > 1 else ''}; set data.num_workers to at most {cores} (0 reads the corpus "
+                         "in the training process).")
 
 
 def open_corpus(cfg: TrainConfig, run_dir: Path, info: DistInfo) -> Corpus:
@@ -83,7 +100,8 @@ def init_gene_embedding(model, corpus: Corpus, cfg: ModelSection, seed: int, dev
     from .gene_init import pca_gene_embedding
 
     mc = model.config
-    E = pca_gene_embedding(corpus, mc.vocab_size, mc.d_model, scale=cfg.gene_init_scale, seed=seed)
+    E = pca_gene_embedding(corpus, mc.vocab_size, mc.d_model, scale=cfg.gene_init_scale, seed=seed,
+                           instead="checkpoint" if cfg.init_from is not None else "random")
     E = torch.from_numpy(E).to(device)
     with torch.no_grad():
         model.student.gene_embedding.weight[: mc.vocab_size].copy_(E)
@@ -108,9 +126,11 @@ def init_from_checkpoint(model, corpus: Corpus, cfg: TrainConfig, info: DistInfo
 
     ref = cfg.model.init_from
     if info.is_main:
-        resolve_checkpoint(ref)  # downloads (and verifies) once, before the other ranks look
+        with init_from_words():
+            resolve_checkpoint(ref)  # downloads (and verifies) once, before the other ranks look
     barrier(info)
-    base = load_model(ref)
+    with init_from_words():
+        base = load_model(ref)
     check_fit(base.config, model.config, ref)
     with torch.no_grad():
         model.student.load_state_dict(base.encoder.state_dict())
@@ -125,6 +145,32 @@ def init_from_checkpoint(model, corpus: Corpus, cfg: TrainConfig, info: DistInfo
     logger.info("init_from %s (checkpoint sha256 %s); gene embeddings: %s", record["name"],
                 record["checkpoint_sha256"][:12] or "?", "this corpus's PCA" if cfg.model.gene_init == "pca" else "kept")
     return record
+
+
+#: the checkpoint loader's advice (in the tools' words, ``checkpoint=``) -> the config's key
+INIT_FROM_WORDS = {"Pass `checkpoint=` a directory exported by `bj.train` or set `bj.settings.checkpoint`.":
+                   "Set model.init_from to a registered name, a checkpoint directory exported by `bj.train` or "
+                   "URL#sha256=HEX.", "Pass `checkpoint=`": "Set model.init_from to", "`checkpoint=`": "model.init_from",
+                   " or sha256=.": "."}
+
+
+@contextlib.contextmanager
+def init_from_words():
+    """Errors of resolving or loading ``model.init_from`` say the config key, not ``checkpoint=`` (an argument of
+    the tools, which the loader's messages name); the error keeps its type."""
+    try:
+        yield
+    except (OSError, ValueError) as err:
+        text = str(err)
+        for words, key in INIT_FROM_WORDS.items():
+            text = text.replace(words, key)
+        if text == str(err):
+            raise
+        try:
+            new = type(err)(text)
+        except Exception:  # an exception type that takes other arguments
+            new = (OSError if isinstance(err, OSError) else ValueError)(text)
+        raise new from err
 
 
 def check_fit(saved, own, ref: str) -> None:
@@ -177,3 +223,15 @@ def state_hash(module: torch.nn.Module) -> str:
         h.update(k.encode())
         h.update(v.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+@contextlib.contextmanager
+def caller_rng_kept():
+    """Give the caller's global RNG states (torch, CUDA, numpy, python) back after the run."""
+    from .checkpoint import rng_state, set_rng_state
+
+    before = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(before)

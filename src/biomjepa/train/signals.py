@@ -75,3 +75,15 @@ class GracefulStop:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         self._previous.clear()
+
+
+def log_stopped(stop: GracefulStop, step: int, checkpoints, *, asked: bool, resumable: bool) -> None:
+    """Say why a run ended before its last step: the caller's ``stop_when``, or a signal (with the advice to
+    resume where the run directory is kept: ``resumable``)."""
+    if asked and stop.signum is None:
+        logger.info("stopped after step %d: the caller's stop condition (stop_when) was met", step)
+    elif resumable:
+        logger.warning("stopped on %s after step %d; the state is saved in %s: run the same command again to "
+                       "resume", stop.name, step, checkpoints)
+    else:
+        logger.warning("stopped on %s after step %d", stop.name, step)

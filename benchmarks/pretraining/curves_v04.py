@@ -1,0 +1,205 @@
+"""Learning curves of a v0.4 pretraining run on the two validation tissues, against presentations (issue 43, item 2).
+
+For every saved training state whose step is a multiple of ``--every`` (step 0 included when it was saved) and
+that the CSV does not hold yet, the probed encoder (the EMA teacher; the student of a run with
+``probe.encoder: student``) is exported into a temporary directory once per readout of ``--readouts``
+(:data:`biomjepa.nn.pooling.POOLINGS`), each with fixed feature statistics of that readout over
+``--feature-cells`` cells of the run's own corpus cache (``scripts/export_bundled.py``'s ``readout_from_corpus``,
+as ``pretrain_curves.py`` does). The exports are scored with ``validation_two_tissues.py``'s protocol (its
+``score_set``) on ``pbmc`` (the 1,072 held-out sorted PBMCs) and ``brain`` (the 420 Darmanis cells, read as
+reads): few-shot k = 5 macro-F1, Leiden ARI with scanpy's defaults (mean and s.d. over ``--leiden-seeds``
+seeds) and, on ``pbmc``, the 20 %-thinned agreement.
+
+Rows ``step, presentations, readout, set, metric, value`` are appended to ``results/<--csv>`` after each
+state, so it can follow a live run and be re-run (training states are only read; presentations = step ×
+``batch_size`` × ``accumulation`` of the state's config × ``--world-size``). ``readout`` names the
+representation: the readout for the run's rows; ``pca50`` and ``depth`` (PCA-50 and the trivial baseline of
+the same cells, scored once) with ``step = -1``; each ``--reference NAME=CHECKPOINT``, scored once, as
+``NAME`` with ``step = -2``, so the shipping rule (v0.4 against v0.3) reads from the same file.
+
+At the end it prints, per tissue × readout × metric, the step where the curve stops rising (the first step
+from which no later value exceeds it by more than ``--tol``) and the last step next to PCA-50 and the
+references; ``--plot PNG`` draws F1 and Leiden ARI against presentations (a panel per tissue × metric, a line
+per readout, PCA-50 and the references as horizontal lines). It is CPU-heavy: not beside a CPU training run.
+
+    python benchmarks/pretraining/curves_v04.py /tmp/bj_v04/runs/biomjepa-mini-v0.4 [--every 500] \\
+        [--readouts max_top5 mean_wmean] [--reference v0.3=biomjepa-mini-v0.3] [--leiden-seeds 10] \\
+        [--csv pretrain_curves_v0.4.csv] [--plot docs/figures/pretrain_curves_v0.4.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
+
+import numpy as np
+import pandas as pd
+
+from benchmarks._common import RESULTS, write_csv
+from benchmarks.evaluation.validation_two_tissues import score_set
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))  # export_bundled
+
+TISSUES = {"pbmc": "sorted PBMCs", "brain": "Darmanis brain (reads)"}
+METRICS = ("f1", "leiden_ari_mean", "leiden_ari_sd", "thinned_agreement")
+PLOTTED = {"f1": "few-shot k = 5 macro-F1", "leiden_ari_mean": "Leiden ARI (scanpy defaults)"}
+BASELINES = ("pca50", "depth")  # validation_two_tissues' names of PCA-50 and the depth baseline
+BASELINE, REFERENCE = -1, -2  # the step of their rows, of the --reference rows
+
+
+def state_step(path: Path) -> int:
+    return int(path.stem.split("_")[1])
+
+
+def stops_rising(steps, values, tol: float = 0.01) -> int:
+    """The first step from which no later value exceeds the value there by more than ``tol``."""
+    order = np.argsort(np.asarray(steps))
+    s, v = np.asarray(steps)[order], np.asarray(values, float)[order]
+    return next(int(s[i]) for i in range(len(v)) if not (v[i + 1:] > v[i] + tol).any())
+
+
+def export_state(path: Path, run: Path, readouts: list[str], feature_cells: int, world: int,
+                 tmp: str) -> tuple[int, int, dict[str, str]]:
+    """``(step, presentations, {readout: checkpoint})``: the state's probed encoder exported once per readout."""
+    from export_bundled import probed_encoder, readout_from_corpus
+
+    from biomjepa.train import export
+    from biomjepa.train.checkpoint import load_state
+
+    state = load_state(path)
+    step, cfg = int(state["step"]), state["config"]
+    which = probed_encoder(state)
+    out = {}
+    for k in readouts:
+        ck = Path(tmp) / f"step{step}_{k}"
+        export(state, ck, which=which, pooling=k, readout=readout_from_corpus(state, run, k, feature_cells, which))
+        out[k] = str(ck)
+    return step, step * int(cfg["batch_size"]) * int(cfg["accumulation"]) * world, out
+
+
+def score(checkpoints: dict[str, str], tags: dict[str, tuple], leiden_seeds: int) -> list[dict]:
+    """``score_set``'s rows on both tissues, long; only the representations in ``tags`` (→ step, presentations)."""
+    rows = []
+    for name in TISSUES:
+        for r in score_set(name, checkpoints, leiden_seeds):
+            if r["representation"] not in tags:
+                continue
+            r.setdefault("leiden_ari_mean", r["leiden_ari"])  # a single seed
+            step, presentations = tags[r["representation"]]
+            rows += [{"step": step, "presentations": presentations, "readout": r["representation"], "set": name,
+                      "metric": m, "value": r[m]} for m in METRICS if m in r]
+    return rows
+
+
+def summarize(table: pd.DataFrame, tol: float) -> None:
+    """Where each curve stops rising, and the last step next to PCA-50 and the references."""
+    curves = table[(table["step"] >= 0) & table["metric"].isin(PLOTTED)]
+    if curves.empty:
+        return
+    print(f"\nwhere each curve stops rising (no later value above it by more than {tol})")
+    for (name, k, m), g in curves.groupby(["set", "readout", "metric"]):
+        at = stops_rising(g["step"], g["value"], tol)
+        here = g[g["step"] == at].iloc[0]
+        rising = "  (still rising at the last state)" if at == g["step"].max() and len(g) > 1 else ""
+        print(f"{name:6s} {k:18s} {m:16s} step {at} ({int(here['presentations']):,} presentations): "
+              f"{here['value']:.3f}, best {g['value'].max():.3f}{rising}")
+    last = int(curves["step"].max())
+    show = table[((table["step"] == last) | (table["step"] < 0)) & table["metric"].isin(PLOTTED)]
+    t = show.pivot_table(index="readout", columns=["metric", "set"], values="value")
+    for m in PLOTTED:
+        t[(m, "mean")] = t[m][list(TISSUES)].mean(axis=1)
+    print(f"\nstep {last} (readouts) next to PCA-50, depth and the references\n"
+          + t.sort_index(axis=1).round(3).to_string())
+
+
+def plot(table: pd.DataFrame, png: str) -> None:
+    import matplotlib as mpl
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    readouts = sorted(table.loc[table["step"] >= 0, "readout"].unique())
+    refs = sorted(table.loc[table["step"] == REFERENCE, "readout"].unique())
+    fig, axes = plt.subplots(len(TISSUES), len(PLOTTED), figsize=(10, 7), squeeze=False)
+    for i, (name, tissue) in enumerate(TISSUES.items()):
+        for j, (metric, label) in enumerate(PLOTTED.items()):
+            ax, sub = axes[i, j], table[(table["set"] == name) & (table["metric"] == metric)]
+            for c, k in enumerate(readouts):
+                g = sub[(sub["readout"] == k) & (sub["step"] >= 0)].sort_values("presentations")
+                ax.plot(g["presentations"], g["value"], "o-", color=f"C{c}", label=k)
+            for c, k in enumerate(["pca50", *refs]):
+                v = sub.loc[(sub["readout"] == k) & (sub["step"] < 0), "value"]
+                if len(v):
+                    ax.axhline(float(v.iloc[0]), ls="--" if k == "pca50" else ":", lw=1,
+                               color="k" if k == "pca50" else f"C{len(readouts) + c}",
+                               label="PCA-50" if k == "pca50" else k)
+            ax.set_title(f"{tissue}: {label}", fontsize=9)
+            ax.set_xlabel("cell presentations", fontsize=8)
+            ax.tick_params(labelsize=7)
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    Path(png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=90)
+    print("wrote", png)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", help="a run directory (config.yaml, checkpoints/step_*.pt); only read")
+    p.add_argument("--every", type=int, default=500, help="score states whose step is a multiple of this")
+    p.add_argument("--readouts", nargs="+", default=["max_top5", "mean_wmean"],
+                   help="readouts to export each state with (biomjepa.nn.pooling.POOLINGS)")
+    p.add_argument("--reference", action="append", default=[], metavar="NAME=CHECKPOINT",
+                   help="a checkpoint scored once as rows with step = -2 (repeatable), e.g. v0.3=biomjepa-mini-v0.3")
+    p.add_argument("--leiden-seeds", type=int, default=10)
+    p.add_argument("--feature-cells", type=int, default=1024, help="corpus cells for the fixed feature statistics")
+    p.add_argument("--world-size", type=int, default=1, help="processes the run trained on (states do not record it)")
+    p.add_argument("--csv", default="pretrain_curves_v0.4.csv")
+    p.add_argument("--plot", default=None, metavar="PNG", help="draw the curves into this figure")
+    p.add_argument("--tol", type=float, default=0.01, help="a curve stops rising where no later value is above by more")
+    args = p.parse_args()
+    from biomjepa.nn.pooling import POOLINGS
+
+    refs = dict(r.split("=", 1) for r in args.reference)
+    if set(args.readouts) - set(POOLINGS):
+        p.error(f"--readouts: choose from {POOLINGS}")
+    if set(refs) & {*args.readouts, *BASELINES}:
+        p.error("--reference: give a NAME that is not a readout, pca50 or depth")
+
+    out = RESULTS / args.csv
+    table = pd.read_csv(out) if out.exists() else pd.DataFrame(columns=["step", "readout"])
+    have = set(zip(table["step"].astype(int), table["readout"]))
+    pending = {n: ck for n, ck in refs.items() if (REFERENCE, n) not in have}
+    baseline = not (table["step"] == BASELINE).any()
+    states = sorted(s for s in (Path(args.run_dir) / "checkpoints").glob("step_*.pt") if state_step(s) % args.every == 0)
+    todo = [(s, [k for k in args.readouts if (state_step(s), k) not in have]) for s in states]
+    todo = [(s, ks) for s, ks in todo if ks] or ([(None, [])] if pending or baseline else [])
+    for path, readouts in todo:
+        cks, tags = dict(pending), {n: (REFERENCE, None) for n in pending}
+        if baseline:
+            tags |= {b: (BASELINE, None) for b in BASELINES}
+        with tempfile.TemporaryDirectory() as tmp:
+            if path is not None:
+                step, presentations, exported = export_state(path, Path(args.run_dir), readouts, args.feature_cells,
+                                                             args.world_size, tmp)
+                cks |= exported
+                tags |= {k: (step, presentations) for k in exported}
+            new = pd.DataFrame(score(cks, tags, args.leiden_seeds))
+        table = pd.concat([table, new], ignore_index=True) if len(table) else new
+        write_csv(table.to_dict("records"), args.csv)
+        pending, baseline = {}, False
+        t = new.pivot_table(index="readout", columns=["set", "metric"], values="value")
+        print(f"{path.name if path else 'baselines and references'}\n" + t.round(3).to_string(), flush=True)
+    print("results in", out)
+    summarize(table, args.tol)
+    if args.plot:
+        plot(table, args.plot)
+
+
+if __name__ == "__main__":
+    main()
