@@ -245,9 +245,8 @@ def _train(source, layer, token, base: str, out: Path, steps, seed: int, time_bu
         _check_all_mapped(source, rows)
         steps = default_steps(len(rows)) if steps is None else int(steps)
         logger.info("adapt: %d cells, %d steps from %s", len(rows), steps, base)
-        budget = None if time_budget is None else time_budget - (time.perf_counter() - t0)
-        return adapt_encoder(work / "cells.npz", out, init_from=base, steps=steps, seed=seed, time_budget=budget,
-                             work_dir=work, device=settings.device, precision=settings.precision,
+        return adapt_encoder(work / "cells.npz", out, init_from=base, steps=steps, seed=seed, time_budget=time_budget,
+                             started=t0, work_dir=work, device=settings.device, precision=settings.precision,
                              progress=settings.show_progress)
     finally:
         shutil.rmtree(work, ignore_errors=True)

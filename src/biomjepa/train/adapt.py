@@ -52,6 +52,7 @@ def adapt_encoder(
     steps: int,
     seed: int = 0,
     time_budget: float | None = None,
+    started: float | None = None,
     work_dir: str | os.PathLike,
     recipe: dict | None = None,
     device: str = "auto",
@@ -73,8 +74,11 @@ def adapt_encoder(
     seed
         Seed of the run (initialisation of the predictor, batches, blocks, views).
     time_budget
-        Stop after the first step that ends past this many seconds since this call began (``None``: train all
+        Stop after the first step that ends past this many seconds since ``started`` (``None``: train all
         ``steps``); the state of that step is exported.
+    started
+        ``time.perf_counter()`` at which the budget's clock started (default: when this call began; ``bj.tl.adapt``
+        passes its own start, so writing the shard counts too).
     work_dir
         Scratch directory on the file system of ``out_dir`` (the caller removes it).
     recipe
@@ -94,7 +98,7 @@ def adapt_encoder(
     from .._pretrained import load_model
     from ..model import checkpoint_sha256
 
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if started is None else started
     recipe = {**RECIPE, **(recipe or {})}
     out, work = Path(out_dir), Path(work_dir)
     _check_out(out)

@@ -180,7 +180,7 @@ class LoopSection:
         from .._settings import check_precision
 
         object.__setattr__(self, "precision", check_precision(self.precision, "loop.precision"))
-        if self.bf16 is not None and self.precision != "auto" and (self.precision == "bf16") != self.bf16:
+        if self.bf16 is False and self.precision == "bf16":  # false means fp32; true defers to precision
             raise ValueError(f"loop.bf16={str(self.bf16).lower()} contradicts loop.precision={self.precision!r}; "
                              "loop.bf16 is the older key: delete it and keep loop.precision.")
 
