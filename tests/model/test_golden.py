@@ -11,8 +11,10 @@ issue-23 restructuring: bit for bit; v0.2.1 and v0.3, stored on AVX512: within 7
 inputs moved them: max |diff| 0.281 / 3.45 / 1.68 and per-cell cosine min 0.9921 / 0.9047 / 0.9899 (v0.2 /
 v0.2.1 / v0.3; v0.2.1's whitening amplifies most).
 
-Without a fixed readout map, on a CPU of the same capability the embeddings at batch sizes 16 and 96 must
-be equal bit for bit; elsewhere (another SIMD path changes float rounding) within 1e-5. Batch size 7 cuts
+Without a fixed readout map, on a CPU of the same capability the embeddings at the stored batch size (16) must
+be equal bit for bit; elsewhere (another SIMD path changes float rounding) within 1e-5. Batch size 96 pads
+other shapes: on the AVX2 CPU of the stored values it differed from batch 16 by 9.3e-10 (v0.2; on AVX512 it
+had been bit for bit), so it is held to the batch-7 bound. Batch size 7 cuts
 the length-sorted cells into other padded shapes, whose GEMMs round differently: measured max |diff| 1.9e-9
 before the refactor, so it is held to 1e-6. Checkpoints with a fixed readout map amplify float rounding
 (below), so they are held to their measured bound (``MAP_ATOL``) at every batch size.
@@ -57,7 +59,7 @@ def _embed(batch_size: int, checkpoint=None):
 @pytest.mark.parametrize("checkpoint", list(GOLDEN), ids=["v0.2", "v0.2.1", "default"])
 @pytest.mark.parametrize(("batch_size", "exact"), [
     (16, True),  # in the fast default: one bit-exact check of each bundled model
-    pytest.param(96, True, marks=pytest.mark.slow),
+    pytest.param(96, False, marks=pytest.mark.slow),  # AVX2 (where they are stored): 9.3e-10 from batch 16
     pytest.param(7, False, marks=pytest.mark.slow),
 ])
 def test_embeddings_equal_stored_values(batch_size, exact, checkpoint):
