@@ -9,6 +9,7 @@ puts the checkout on ``sys.path`` and imports ``benchmarks._common``), imported 
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -185,3 +186,45 @@ def test_stage_parts_reassemble(tmp_path):
     for f in files:
         parts = sorted((p for d in folders for p in d.glob(f"{f.name}.part*")), key=lambda p: p.name)
         assert b"".join(p.read_bytes() for p in parts) == f.read_bytes()
+
+
+# benchmarks/evaluation/adapt_vs_scvi.py: its pure helpers on synthetic numbers (no adapt, no scVI, no data)
+
+def _adapt_vs_scvi_row(rep: str, seconds: float, f1: float, ari: float) -> dict:
+    return {"set": "pbmc_val", "representation": rep, "n_cells": 1072, "seconds": seconds, "f1": f1,
+            "leiden_ari": ari - 0.01, "leiden_ari_mean": ari}
+
+
+def test_adapt_vs_scvi_summary_ratios_and_differences():
+    from benchmarks.evaluation.adapt_vs_scvi import ADAPT, DEPTH, PCA, SCVI, ZERO_SHOT, summary
+
+    row = _adapt_vs_scvi_row
+    rows = [row(ZERO_SHOT, 5.0, 0.50, 0.30), row(ADAPT, 60.0, 0.80, 0.55), row(SCVI, 120.0, 0.75, 0.60),
+            row(PCA, 2.0, 0.70, 0.50), row(DEPTH, 0.01, 0.20, 0.05)]
+    s = summary(rows)
+    assert s["set"] == "pbmc_val" and s["representation"] == "summary" and s["n_cells"] == 1072
+    assert s["adapt_over_scvi_seconds"] == pytest.approx(0.5)
+    assert s["adapt_over_pca_seconds"] == pytest.approx(30.0)
+    assert s["f1_adapt_minus_scvi"] == pytest.approx(0.05)
+    assert s["f1_adapt_minus_pca"] == pytest.approx(0.10)
+    assert s["ari_adapt_minus_scvi"] == pytest.approx(-0.05)  # the mean over seeds, not seed 0
+    assert s["ari_adapt_minus_pca"] == pytest.approx(0.05)
+
+
+def test_adapt_vs_scvi_scvi_default_epochs_follow_scvi_tools_heuristic():
+    from benchmarks.evaluation.adapt_vs_scvi import scvi_default_epochs
+
+    assert scvi_default_epochs(1072) == 400
+    assert scvi_default_epochs(20_000) == 400
+    assert scvi_default_epochs(40_000) == 200
+
+
+def test_adapt_vs_scvi_sets_parse_and_pancreas_only_by_name():
+    from benchmarks.evaluation.adapt_vs_scvi import DEFAULT_SETS, INPUT, parse_sets
+
+    assert "pancreas_test" not in DEFAULT_SETS
+    assert parse_sets("pbmc_val, brain_val") == ("pbmc_val", "brain_val")
+    assert parse_sets("pancreas_test") == ("pancreas_test",)
+    assert INPUT["brain_val"] == "reads"  # plate-based read counts
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown sets"):
+        parse_sets("pbmc_val,lung")

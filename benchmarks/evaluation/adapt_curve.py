@@ -21,7 +21,7 @@ the recipe chosen on the validation rows. Three steps, so the training can run w
 ``train`` needs only torch and the training code (no anndata); it runs every (set, recipe) in its own
 process, one CPU thread each, and records the seconds of training (read-outs excluded) and the device.
 ``cpu-time --steps N`` times ``bj.tl.adapt`` itself on the pancreas cells on one CPU thread (with the shard,
-the gene graph and both embedding passes).
+the gene graph and the embedding pass; its `phases` record splits the time).
 """
 
 from __future__ import annotations

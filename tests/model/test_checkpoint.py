@@ -407,3 +407,18 @@ def test_non_finite_weights_are_refused(tmp_path):
     write_manifest(path, [CONFIG, WEIGHTS])
     with pytest.raises(CheckpointError, match=rf"NaN or Inf weights .*{name}"):
         load_checkpoint(path)
+
+
+def test_feature_statistics_chunk_by_chunk_are_the_float64_ones():
+    import numpy as np
+
+    from biomjepa.nn.readout import feature_stats
+
+    Z = np.random.default_rng(0).normal(3, 2, size=(1001, 7)).astype(np.float32)
+    Z[:, 6] = 1.0  # a constant feature gets the floor, not 0
+    mean, scale = feature_stats(Z, chunk=64)
+    np.testing.assert_allclose(mean, Z.astype(np.float64).mean(0), rtol=1e-12)
+    np.testing.assert_allclose(scale[:6], Z[:, :6].astype(np.float64).std(0), rtol=1e-10)
+    assert scale[6] == 1e-6
+    with pytest.raises(ValueError, match="at least one"):
+        feature_stats(Z[:0])

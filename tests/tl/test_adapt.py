@@ -321,6 +321,41 @@ def test_an_interrupt_while_embedding_undoes_every_write(tmp_path, base, monkeyp
     assert list(tmp_path.iterdir()) == []  # the checkpoint it had written is removed with the rest
 
 
+def test_an_interrupt_after_the_checkpoint_is_in_place_undoes_every_write(tmp_path, base, monkeypatch):
+    import biomjepa.tl._embed as embed_module
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(embed_module, "store", interrupted)  # after the rename, while adata is written
+    adata = cells()
+    before = adata.copy()
+    with pytest.raises(KeyboardInterrupt):
+        bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "ck")
+    _assert_unchanged(adata, before)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cells_are_embedded_once_and_the_time_of_each_part_recorded(tmp_path, base, monkeypatch):
+    import biomjepa.tl._embed as embed_module
+
+    real, embedded = embed_module.embed_cells, []
+    monkeypatch.setattr(embed_module, "embed_cells", lambda m, c, **k: embedded.append(len(c)) or real(m, c, **k))
+    adata = cells()
+    bj.tl.adapt(adata, base, steps=3, out_dir=tmp_path / "ck")
+    assert sum(embedded) == N  # one pass: the readout's statistics and the embedding come from it
+    phases = adata.uns["biomjepa"]["adapt"]["phases"]
+    assert list(phases) == ["map", "shard", "setup", "steps", "readout", "export", "write"]
+    assert all(isinstance(v, float) and v >= 0 for v in phases.values())
+    before_training_ended = phases["map"] + phases["shard"] + phases["setup"] + phases["steps"]
+    assert before_training_ended <= adata.uns["biomjepa"]["adapt"]["seconds"] + 0.05  # parts, not more than the whole
+    # that one pass is what tl.embed gives later with the checkpoint, bit for bit
+    later = adata.copy()
+    bj.tl.embed(later, checkpoint=str(tmp_path / "ck"))
+    np.testing.assert_array_equal(later.obsm["X_biomjepa"], adata.obsm["X_biomjepa"])
+    assert later.uns["biomjepa"]["params"] == adata.uns["biomjepa"]["params"]
+
+
 def _assert_unchanged(adata, before) -> None:
     assert list(adata.var.columns) == list(before.var.columns)
     assert list(adata.obsm) == list(before.obsm) and list(adata.uns) == list(before.uns)

@@ -185,8 +185,12 @@ def iter_tokenized(
     chunk: int = CHUNK,
     start: int = 0,
     stop: int | None = None,
+    token: np.ndarray | None = None,
 ) -> Iterator[tuple[slice, TokenizedCells]]:
     """Yield ``(rows, TokenizedCells)`` chunk by chunk: the package's one AnnData → tokens loop.
+
+    ``token`` (``[n_vars]`` vocabulary index, −1 unmapped) replaces ``var[token_key]``, as in
+    :func:`iter_vocab_counts`.
 
     Raises
     ------
@@ -194,7 +198,7 @@ def iter_tokenized(
         Naming the cells (absolute positions) when a chunk holds a cell with no mapped gene.
     """
     for rows, counts, totals in iter_vocab_counts(
-        adata, layer=layer, token_key=token_key, chunk=chunk, start=start, stop=stop
+        adata, layer=layer, token_key=token_key, chunk=chunk, start=start, stop=stop, token=token
     ):
         yield rows, _tokenize(counts, totals, rows)
 

@@ -58,7 +58,14 @@ def stats_tensors(entry: dict | None, dim: int, where: str) -> tuple[torch.Tenso
             None if w is None else torch.tensor(w, dtype=torch.float32))
 
 
-def feature_stats(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature mean and standard deviation of embeddings ``Z [n, d]`` (scale floored at 1e-6)."""
-    Z = np.asarray(Z, np.float64)
-    return Z.mean(0), np.maximum(Z.std(0), 1e-6)
+def feature_stats(Z: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature mean and standard deviation of embeddings ``Z [n, d]`` (scale floored at 1e-6), in float64,
+    ``chunk`` rows at a time (no float64 copy of a large ``Z``)."""
+    Z = np.asarray(Z)
+    n = len(Z)
+    if n == 0:
+        raise ValueError("feature_stats needs at least one embedding.")
+    parts = range(0, n, chunk)
+    mean = sum(Z[i:i + chunk].sum(0, dtype=np.float64) for i in parts) / n
+    var = sum(np.square(Z[i:i + chunk] - mean).sum(0) for i in parts) / n
+    return mean, np.maximum(np.sqrt(var), 1e-6)

@@ -3,7 +3,9 @@
 Self-supervised only: the cells' counts go through the package's one streaming reader into a
 temporary corpus shard (:func:`biomjepa.data.shard_file.write_shard`), the training loop continues
 pretraining the checkpoint on them with ``model.init_from`` (:func:`biomjepa.train.adapt.adapt_encoder`),
-and :func:`biomjepa.tl.embed` embeds the cells with the adapted checkpoint. No ``obs`` column is read.
+and the cells are embedded once with the adapted encoder, by :func:`biomjepa.tl.embed`'s own loop: that
+pass gives both the readout's feature statistics, recorded in the checkpoint, and the embedding written to
+``obsm``, standardized as the checkpoint standardizes it. No ``obs`` column is read.
 """
 
 from __future__ import annotations
@@ -123,7 +125,11 @@ def adapt(
     ``.uns["biomjepa"]["adapt"]``
         ``checkpoint`` (path), ``checkpoint_sha256``, ``weights_sha256``, ``base`` (reference, name and
         sha256s of the base checkpoint), ``steps``, ``steps_done``, ``seconds``, ``recipe``, ``seed``,
-        ``n_cells``, ``time_budget``, ``precision`` (what training and the embedding ran in).
+        ``n_cells``, ``time_budget``, ``precision`` (what training and the embedding ran in), ``phases``
+        (seconds of each part: ``map`` the genes and check the input, write the ``shard``, training ``setup``
+        (corpus cache, gene graph, model) and ``steps``, embed the cells with the adapted encoder
+        (``readout``: the one embedding pass, which also measures the feature statistics), ``export`` the
+        checkpoint, ``write`` into ``adata``).
     ``.var["biomjepa_token"]``
         written only when the genes were not mapped before.
     """
@@ -140,11 +146,14 @@ def adapt(
     _check_size(target.n_obs)
     token, mapped = _tokens(source, species)
     base = str(checkpoint if checkpoint is not None else settings.checkpoint)
+    phases = {"map": round(time.perf_counter() - t0, 2)}
     with sigterm_interrupts("bj.tl.adapt stopped by SIGTERM; nothing was written."), _claimed(out_dir) as out:
         try:
-            record = _train(source, layer, token, base, out, steps, seed, time_budget, t0)
-            _write(adata, target, record, mapped=mapped, layer=layer, use_raw=use_raw, input=input,
+            record, cells = _train(source, layer, token, base, out, steps, seed, time_budget, t0, phases)
+            t = time.perf_counter()
+            _write(adata, target, source, record, cells, mapped=mapped, layer=layer, use_raw=use_raw, input=input,
                    library_size_key=library_size_key, species=species, mod=mod, key_added=key_added)
+            target.uns[uns_key_of(key_added)]["adapt"]["phases"]["write"] = round(time.perf_counter() - t, 2)
         except BaseException:
             _discard(out, made=out_dir is None)
             raise
@@ -234,22 +243,60 @@ def _discard(out: Path, *, made: bool) -> None:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def _train(source, layer, token, base: str, out: Path, steps, seed: int, time_budget, t0: float) -> dict:
-    """Write the cells as a shard in a scratch directory beside ``out``, adapt, and remove the scratch."""
+def _train(source, layer, token, base: str, out: Path, steps, seed: int, time_budget, t0: float,
+           phases: dict) -> tuple[dict, dict]:
+    """Write the cells as a shard in a scratch directory beside ``out``, adapt, embed the cells with the adapted
+    encoder, and remove the scratch; ``(record, embedded cells)`` (:func:`_embed_unstandardized`)."""
     from ..data.shard_file import write_shard
     from ..train.adapt import adapt_encoder
 
     work = Path(_scratch(out))
+    embedded = {}
+
+    def readout_of(encoder_dir: Path) -> dict:
+        embedded.update(_embed_unstandardized(source, layer, token, encoder_dir))
+        return embedded["readout"]
+
     try:
+        t = time.perf_counter()
         rows = write_shard(source, work / "cells.npz", layer=layer, token=token)
+        phases["shard"] = round(time.perf_counter() - t, 2)
         _check_all_mapped(source, rows)
         steps = default_steps(len(rows)) if steps is None else int(steps)
         logger.info("adapt: %d cells, %d steps from %s", len(rows), steps, base)
-        return adapt_encoder(work / "cells.npz", out, init_from=base, steps=steps, seed=seed, time_budget=time_budget,
-                             started=t0, work_dir=work, device=settings.device, precision=settings.precision,
-                             progress=settings.show_progress)
+        record = adapt_encoder(work / "cells.npz", out, init_from=base, steps=steps, seed=seed,
+                               time_budget=time_budget, started=t0, work_dir=work, readout_of=readout_of,
+                               device=settings.device, precision=settings.precision, progress=settings.show_progress)
+        record["phases"] = phases | record["phases"]
+        return record, embedded
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _embed_unstandardized(source, layer, token, encoder_dir: Path) -> dict:
+    """Embed every cell of ``source`` with the checkpoint at ``encoder_dir`` (no feature statistics) as
+    :func:`biomjepa.tl.embed` would (its loop, device, precision and batch size); ``{"Z", "n_genes", "device",
+    "precision", "batch_size", "readout"}``, ``readout`` the record of the per-feature statistics of ``Z``."""
+    from .._device import resolve_device, resolve_precision
+    from .._pretrained import load_model
+    from ..nn.readout import feature_stats, readout_entry
+    from ._embed import _embed_adata
+    from ._utils import check_batch_size
+
+    dev, bs = resolve_device("auto"), check_batch_size(None)
+    precision = resolve_precision(None, dev)
+    Z, n_genes = _embed_adata(load_model(str(encoder_dir)), source, layer=layer, batch_size=bs, device=dev,
+                              precision=precision, token=token)
+    mean, scale = feature_stats(Z)
+    readout = readout_entry(mean, scale, n_cells=len(Z), source=f"bj.tl.adapt: the {len(Z)} adapted cells")
+    return {"Z": Z, "n_genes": n_genes, "device": dev, "precision": precision, "batch_size": bs, "readout": readout}
+
+
+def standardized(Z: np.ndarray, readout: dict) -> np.ndarray:
+    """``Z`` mapped by a ``readout`` record as :class:`~biomjepa.model.BiomJEPA` maps its pooled output: the same
+    float32 operations, so the result equals a later ``bj.tl.embed`` with the checkpoint bit for bit."""
+    mean, scale = np.asarray(readout["mean"], np.float32), np.asarray(readout["scale"], np.float32)
+    return (Z - mean) / scale
 
 
 def _scratch(out: Path) -> str:
@@ -275,11 +322,14 @@ def _check_all_mapped(source, rows: np.ndarray) -> None:
     )
 
 
-def _write(adata, target, record: dict, *, mapped: bool, layer, use_raw, input, library_size_key, species, mod,
-           key_added: str) -> None:
-    """Map (if needed) and embed with the adapted checkpoint; on any error or interrupt, undo every write."""
+def _write(adata, target, source, record: dict, cells: dict, *, mapped: bool, layer, use_raw, input, library_size_key,
+           species, mod, key_added: str) -> None:
+    """Map (if needed) and store the adapted checkpoint's embedding of the cells and its record as
+    :func:`biomjepa.tl.embed` stores them; on any error or interrupt, undo every write."""
+    from .._pretrained import load_model
     from ..pp import map_vocab
-    from ._embed import embed
+    from ._embed import _params, store
+    from ._utils import input_params
 
     uns_key = uns_key_of(key_added)
     before = {k: _copy.deepcopy(target.uns[k]) for k in {UNS_KEY, uns_key} if k in target.uns}
@@ -288,8 +338,11 @@ def _write(adata, target, record: dict, *, mapped: bool, layer, use_raw, input, 
     try:
         if not mapped:
             map_vocab(adata, layer=layer, use_raw=use_raw, species=species, mod=mod)
-        embed(adata, checkpoint=record["path"], layer=layer, use_raw=use_raw, input=input,
-              library_size_key=library_size_key, mod=mod, key_added=None if key_added == OBSM_KEY else key_added)
+        model = load_model(record["path"])
+        params = _params(model, cells["device"], "raw.X" if use_raw else layer, cells["batch_size"], cells["n_genes"],
+                         cells["precision"])
+        store(adata, target, mod, key_added, uns_key, standardized(cells["Z"], model.readout),
+              params | input_params(source, input, library_size_key))
         target.uns[uns_key]["adapt"] = {"checkpoint": record["path"], **{k: v for k, v in record.items() if k != "path"}}
     except BaseException:
         _undo(adata, target, mapped=mapped, use_raw=use_raw, uns_key=uns_key, before=before, key=key_added,

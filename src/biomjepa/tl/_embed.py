@@ -103,12 +103,16 @@ def embed(
     model = load_model(checkpoint)
     precision = resolve_precision(None, dev)
     Z, n_genes = _embed_adata(model, source, layer=layer, batch_size=bs, device=dev, precision=precision)
+    params = _params(model, dev, "raw.X" if use_raw else layer, bs, n_genes, precision)
+    store(adata, target, mod, obsm_key, uns_key, Z, params | input_params(source, input, library_size_key))
+    return adata if copy else None
+
+
+def store(adata, target, mod: str | None, obsm_key: str, uns_key: str, Z: np.ndarray, params: dict) -> None:
+    """Write an embedding and its record: ``target.obsm[obsm_key]`` (and the MuData's), ``uns[uns_key]["params"]``."""
     target.obsm[obsm_key] = Z
     write_joint_obsm(adata, mod, obsm_key, Z)
-    uns = target.uns.setdefault(uns_key, {})
-    uns["params"] = _params(model, dev, "raw.X" if use_raw else layer, bs, n_genes, precision)
-    uns["params"].update(input_params(source, input, library_size_key))
-    return adata if copy else None
+    target.uns.setdefault(uns_key, {})["params"] = params
 
 
 def _params(model, dev, layer, batch_size, n_genes, precision: str = "fp32") -> dict:
@@ -134,15 +138,17 @@ def _params(model, dev, layer, batch_size, n_genes, precision: str = "fp32") -> 
     }
 
 
-def _embed_adata(model, adata, *, layer, batch_size, device, precision=None) -> tuple[np.ndarray, np.ndarray]:
-    """Stream ``adata`` in row chunks → (embeddings ``[n, 2D]`` float32, genes per cell ``[n]``)."""
+def _embed_adata(model, adata, *, layer, batch_size, device, precision=None,
+                 token: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Stream ``adata`` in row chunks → (embeddings ``[n, 2D]`` float32, genes per cell ``[n]``); ``token``
+    replaces ``var["biomjepa_token"]`` (:func:`~biomjepa.data.stream.iter_tokenized`)."""
     from .._device import cpu_threads
     from .._progress import progress_bar
 
     Z = np.empty((adata.n_obs, model.config.embedding_dim), dtype=np.float32)
     n_genes = np.empty(adata.n_obs, dtype=np.int64)
     with progress_bar(total=adata.n_obs, unit="cell", desc="embed") as bar, cpu_threads(device):
-        for sl, cells in iter_tokenized(adata, layer=layer):
+        for sl, cells in iter_tokenized(adata, layer=layer, token=token):
             Z[sl] = embed_cells(model, cells, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens,
                                 precision=precision)
             n_genes[sl] = cells.lengths

@@ -8,8 +8,9 @@ checkpoint directory (``config.json`` + ``model.safetensors`` + ``SHA256SUMS``).
 The recipe (:data:`RECIPE`) is the bundled ``mini`` preset (the v0.3 recipe: a 512-gene teacher view,
 depth-thinned 64-gene student views, the view contrast) on 64-cell batches, started from the checkpoint's
 encoder with the choices measured in ``benchmarks/evaluation/adapt_curve.py`` on validation tissues only.
-The exported readout records fixed per-feature statistics measured on (up to :data:`READOUT_CELLS` of) the
-adapted cells, so the checkpoint returns standardized embeddings for these and any later query cells.
+The exported readout records fixed per-feature statistics of the adapted cells' embeddings, measured by the
+caller's ``readout_of`` on the exported encoder (``bj.tl.adapt`` embeds the cells once, there, and keeps that
+embedding), so the checkpoint returns standardized embeddings for these and any later query cells.
 
 Interruptions: SIGINT or SIGTERM during training end the run at the next step; the scratch state is then
 discarded and :class:`KeyboardInterrupt` raised (SIGTERM also raises it anywhere else in this function).
@@ -25,9 +26,8 @@ import os
 import signal
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-
-import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +40,6 @@ __all__ = ["adapt_encoder"]
 #: zero-shot F1 and Leiden ARI on both; re-initialising them (pca) won on brain but fell below zero-shot on PBMCs.
 RECIPE = {"gene_init": "checkpoint", "lr": 3e-3, "warmup_steps": 50, "batch_size": 64, "encoder": "teacher",
           "momentum_start": 0.996, "momentum_end": 0.9997}
-#: cells sampled (seeded) to measure the exported readout's feature statistics
-READOUT_CELLS = 2048
-
 
 def adapt_encoder(
     shard: str | os.PathLike,
@@ -54,6 +51,7 @@ def adapt_encoder(
     time_budget: float | None = None,
     started: float | None = None,
     work_dir: str | os.PathLike,
+    readout_of: Callable[[Path], dict],
     recipe: dict | None = None,
     device: str = "auto",
     precision: str = "fp32",
@@ -81,6 +79,10 @@ def adapt_encoder(
         passes its own start, so writing the shard counts too).
     work_dir
         Scratch directory on the file system of ``out_dir`` (the caller removes it).
+    readout_of
+        Called once, after training, with the directory of the adapted encoder exported without feature
+        statistics (an ordinary checkpoint, in ``work_dir``); returns the ``readout`` record
+        (:func:`biomjepa.nn.readout.readout_entry`) that the final checkpoint records.
     recipe
         Entries replacing those of :data:`RECIPE`.
     device, precision, progress
@@ -91,7 +93,9 @@ def adapt_encoder(
     Returns
     -------
     ``{"path", "checkpoint_sha256", "weights_sha256", "base", "steps", "steps_done", "seconds", "recipe",
-    "seed", "n_cells", "time_budget", "precision"}``.
+    "seed", "n_cells", "time_budget", "precision", "phases"}``; ``phases``: seconds of ``setup`` (corpus cache,
+    gene graph and model, up to the first step, whose own time is taken as the mean of the others), ``steps``,
+    ``readout`` (``readout_of``) and ``export`` (both exports, manifest and rename).
     """
     from .._device import resolve_device, resolve_precision
     from .._files import sigterm_interrupts
@@ -106,19 +110,41 @@ def adapt_encoder(
     precision = resolve_precision(precision, resolve_device(device))
     with sigterm_interrupts("adapt stopped by SIGTERM; nothing was written."):
         cfg = _config(shard, work, base.config.to_dict(), init_from, steps, seed, recipe, device, progress, precision)
-        state = _train(cfg, time_budget, t0)
+        clock = _StepClock(time_budget, t0)
+        state = _train(cfg, clock)
         seconds = time.perf_counter() - t0
-        ckpt = work / "checkpoint"
         record = {"base": dict(state["init_from"]), "steps": int(steps), "steps_done": int(state["step"]),
                   "seconds": round(seconds, 2), "recipe": dict(recipe), "seed": int(seed),
-                  "n_cells": _n_cells(cfg), "time_budget": time_budget, "precision": precision}
-        _export(state, cfg, ckpt, recipe["encoder"], record, device)
-        os.replace(ckpt, out)
+                  "n_cells": _n_cells(cfg), "time_budget": time_budget, "precision": precision,
+                  "phases": clock.phases()}
+        _export(state, work, out, recipe["encoder"], record, readout_of)
     meta = (out / "config.json").read_text()
     import json
 
     return {"path": str(out), "checkpoint_sha256": checkpoint_sha256(out),
             "weights_sha256": json.loads(meta)["weights_sha256"], **record}
+
+
+class _StepClock:
+    """The loop's ``stop_when``: notes when each step ends and stops after the first one past the time budget."""
+
+    def __init__(self, time_budget: float | None, t0: float) -> None:
+        self.budget, self.t0, self.start, self.ends = time_budget, t0, time.perf_counter(), []
+
+    def __call__(self, step: int) -> bool:
+        self.ends.append(time.perf_counter())
+        if self.budget is None or self.ends[-1] - self.t0 < self.budget:
+            return False
+        logger.info("adapt: time budget of %.0f s reached after step %d", self.budget, step)
+        return True
+
+    def phases(self) -> dict:
+        """``{"setup", "steps"}`` seconds; the first step's time is taken as the mean of the later ones."""
+        if not self.ends:
+            return {"setup": round(time.perf_counter() - self.start, 2), "steps": 0.0}
+        per_step = (self.ends[-1] - self.ends[0]) / (len(self.ends) - 1) if len(self.ends) > 1 else 0.0
+        setup = max(0.0, self.ends[0] - self.start - per_step)
+        return {"setup": round(setup, 2), "steps": round(self.ends[-1] - self.start - setup, 2)}
 
 
 def _check_out(out: Path) -> None:
@@ -148,20 +174,14 @@ def _config(shard, work: Path, arch: dict, init_from: str, steps: int, seed: int
     })
 
 
-def _train(cfg, time_budget: float | None, t0: float) -> dict:
+def _train(cfg, clock: _StepClock) -> dict:
     """Run the loop; the latest state (a time budget ends it after a step, saved; a stop signal discards it)."""
     from .checkpoint import load_latest_state
     from .loop import pretrain, run_dir_of
     from .signals import last_stop_signal
 
-    def over_budget(step: int) -> bool:
-        if time.perf_counter() - t0 < time_budget:
-            return False
-        logger.info("adapt: time budget of %.0f s reached after step %d", time_budget, step)
-        return True
-
     with _health_logged():
-        pretrain(cfg, stop_when=None if time_budget is None else over_budget, resumable=False)
+        pretrain(cfg, stop_when=clock, resumable=False)
     signum = last_stop_signal()
     if signum is not None:
         raise KeyboardInterrupt(f"adapt stopped by {signal.Signals(signum).name}; nothing was written.")
@@ -178,44 +198,23 @@ def _n_cells(cfg) -> int:
         corpus.close()
 
 
-def _export(state: dict, cfg, ckpt: Path, which: str, record: dict, device: str) -> None:
-    """Export ``which`` encoder of ``state`` with feature statistics measured on the adapted cells."""
+def _export(state: dict, work: Path, out: Path, which: str, record: dict, readout_of: Callable[[Path], dict]) -> None:
+    """Export ``which`` encoder of ``state`` without feature statistics, let ``readout_of`` measure them on it,
+    export it again with them (``record`` in its provenance) and rename that checkpoint to ``out``."""
     from .checkpoint import export
 
-    readout = _readout(state, cfg, which, device, record["precision"])
-    export(state, ckpt, which=which, readout=readout, provenance={"source": "biomjepa.tl.adapt", "adapt": record})
-
-
-def _readout(state: dict, cfg, which: str, device: str, precision: str) -> dict:
-    """Per-feature mean and s.d. of the exported readout over up to :data:`READOUT_CELLS` adapted cells."""
-    import torch
-
-    from .._device import resolve_device
-    from ..data.shards import Corpus
-    from ..data.tokenize import concat_cells
-    from ..model import BiomJEPA
-    from ..nn.config import ModelConfig
-    from ..nn.inference import embed_cells
-    from ..nn.readout import feature_stats, readout_entry
-    from .checkpoint import encoder_weights
-
-    corpus = Corpus(cfg.data.cache_dir)
-    try:
-        rng = np.random.default_rng([cfg.run.seed, 7])
-        n = corpus.n_cells
-        take = np.sort(rng.choice(n, min(n, READOUT_CELLS), replace=False))
-        bounds = np.cumsum([0, *(len(x) for x in corpus.lengths)])
-        parts = [corpus.cells(s, take[(take >= bounds[s]) & (take < bounds[s + 1])] - bounds[s])
-                 for s in range(len(corpus))]
-        cells = concat_cells(parts)
-    finally:
-        corpus.close()
-    with torch.random.fork_rng(devices=[]):
-        model = BiomJEPA(ModelConfig.from_dict(state["model_config"]))
-    model.encoder.load_state_dict(encoder_weights(state, which))
-    Z = embed_cells(model, cells, batch_size=64, device=resolve_device(device), precision=precision)
-    mean, scale = feature_stats(Z)
-    return readout_entry(mean, scale, n_cells=len(cells), source=f"bj.tl.adapt: {len(cells)} of the adapted cells")
+    provenance = {"source": "biomjepa.tl.adapt", "adapt": record}
+    raw, ckpt = work / "unstandardized", work / "checkpoint"
+    t = time.perf_counter()
+    export(state, raw, which=which, provenance=provenance)
+    exported = time.perf_counter() - t
+    t = time.perf_counter()
+    readout = readout_of(raw)
+    record["phases"]["readout"] = round(time.perf_counter() - t, 2)
+    t = time.perf_counter()
+    export(state, ckpt, which=which, readout=readout, provenance=provenance)
+    os.replace(ckpt, out)
+    record["phases"]["export"] = round(exported + time.perf_counter() - t, 2)
 
 
 @contextlib.contextmanager
