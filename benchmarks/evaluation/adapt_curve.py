@@ -2,7 +2,8 @@
 
 Each tissue is adapted on its own cells only (labels are scored, never trained on), with the training half of
 ``bj.tl.adapt`` (:func:`biomjepa.train.adapt`'s config on the bundled ``biomjepa-mini``), and the teacher and
-the student are read out every ``--every`` steps. Scores, next to PCA-50 of 2,000 HVGs (scanpy's standard
+the student are read out every ``--every`` steps, with the checkpoint's readout (``max_top5``) and with
+``mean_wmean`` (:data:`EXTRA_POOLINGS`). Scores, next to PCA-50 of 2,000 HVGs (scanpy's standard
 path) and the base checkpoint's zero-shot embedding of the same cells:
 
 * ``f1``: few-shot k = 5 macro-F1 (``biomjepa.bench.probe.few_shot_f1``, 5 seeds) on the embedding a user
@@ -11,7 +12,8 @@ path) and the base checkpoint's zero-shot embedding of the same cells:
 * ``leiden_ari``: Leiden with scanpy's defaults (15 neighbours, resolution 1, seed 0) on that embedding.
 
 Sets: ``validation`` = the 1,072 held-out sorted PBMCs (``sorted_celltype``) and Darmanis brain (420 cells, the
-46 ``hybrid`` cells dropped); ``test`` = the 1,074 pancreas cells (``bj.datasets.pancreas()``), scored once with
+46 ``hybrid`` cells dropped; C1 read counts, written as molecule equivalents, :data:`INPUT`, since 2026-11-27: the
+brain rows of ``adapt_curve_validation.csv`` predate it and read them as UMI counts); ``test`` = the 1,074 pancreas cells (``bj.datasets.pancreas()``), scored once with
 the recipe chosen on the validation rows. Three steps, so the training can run where a GPU is::
 
     python benchmarks/evaluation/adapt_curve.py prepare DIR --sets validation   # shards, labels, PCA-50 rows
@@ -47,8 +49,17 @@ RECIPES = {
     "keep_lr3e-3": {"gene_init": "checkpoint", "lr": 3e-3},
     "keep_lr3e-4": {"gene_init": "checkpoint", "lr": 3e-4},
     "pca": {"gene_init": "pca", "lr": 1e-3},
+    # issue 44's levers on the step's cost and a short run's teacher (read out with both readouts)
+    "keep_lr3e-3_t256": {"gene_init": "checkpoint", "lr": 3e-3, "teacher_genes": 256},
+    "keep_lr3e-3_m99": {"gene_init": "checkpoint", "lr": 3e-3, "momentum_start": 0.99, "momentum_end": 0.999},
+    "pca_lr3e-3_t256": {"gene_init": "pca", "lr": 3e-3, "teacher_genes": 256},
 }
+#: readouts of every state besides the checkpoint's own (``max_top5`` for the bundled model): encoder keys
+#: ``teacher``/``student`` are the checkpoint's readout, ``teacher_<pooling>``/``student_<pooling>`` these
+EXTRA_POOLINGS = ("mean_wmean",)
 BASE = "biomjepa-mini"
+#: what each set's counts are (``input=``): Darmanis brain is C1 read counts, learnt as molecule equivalents
+INPUT = {"pbmc_val": "counts", "brain_val": "reads", "pancreas_test": "counts"}
 
 
 def load_set(name: str):
@@ -75,6 +86,7 @@ def prepare(root: Path, names: list[str]) -> None:
     """Per set: the cells as a corpus shard, their labels, and the PCA-50 and timing rows (CPU)."""
     import biomjepa as bj
     from benchmarks.evaluation.scanpy_defaults import standard_path
+    from biomjepa.data.anndata_source import counts_view
     from biomjepa.data.shard_file import write_shard
 
     for name in names:
@@ -82,15 +94,14 @@ def prepare(root: Path, names: list[str]) -> None:
         d.mkdir(parents=True, exist_ok=True)
         a, labels = load_set(name)
         bj.pp.map_vocab(a)
-        n = write_shard(a, d / "cells.npz")
-        rows = np.load(d / "cells.npz")["rows"]
-        assert n == len(rows) == a.n_obs, "every cell has a mapped gene"
+        rows = write_shard(counts_view(a, input=INPUT[name]), d / "cells.npz")
+        assert len(rows) == a.n_obs, "every cell has a mapped gene"
         np.save(d / "labels.npy", labels[rows].astype("U"))
         t0 = time.perf_counter()
         Z = standard_path(a, lognorm=False)
         np.save(d / "pca50.npy", Z.astype(np.float32))
         (d / "pca50.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}))
-        print(f"{name}: {n} cells, {len(set(labels))} types", flush=True)
+        print(f"{name}: {len(rows)} cells, {len(set(labels))} types", flush=True)
 
 
 def train(root: Path, recipes: list[str], steps: int, every: int, device: str, seed: int) -> None:
@@ -156,11 +167,14 @@ def _readouts(cfg, run_dir: Path, teacher, device: str) -> dict[str, np.ndarray]
     corpus = Corpus(cfg.data.cache_dir)
     cells = corpus.cells(0, np.arange(corpus.n_cells))
     corpus.close()
-    model = BiomJEPA(ModelConfig.from_dict(cfg.model_config().to_dict()))
+    arch = cfg.model_config().to_dict()
     out = {}
-    for which, w in weights.items():
-        model.encoder.load_state_dict({k: v.detach().cpu() for k, v in w.items()})
-        out[which] = embed_cells(model, cells, batch_size=64, device=resolve_device(device))
+    for pooling in (None, *EXTRA_POOLINGS):
+        model = BiomJEPA(ModelConfig.from_dict(arch if pooling is None else {**arch, "pooling": pooling}))
+        for which, w in weights.items():
+            model.encoder.load_state_dict({k: v.detach().cpu() for k, v in w.items()})
+            key = which if pooling is None else f"{which}_{pooling}"
+            out[key] = embed_cells(model, cells, batch_size=64, device=resolve_device(device))
     return out
 
 

@@ -59,12 +59,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
 from benchmarks._common import REPO, write_csv
-from benchmarks.evaluation.adapt_curve import load_set
+from benchmarks.evaluation.adapt_curve import INPUT, load_set
 from benchmarks.evaluation.scanpy_defaults import leiden_scores, standard_path
 from benchmarks.evaluation.validation_two_tissues import add_depth
 
-#: set -> what its counts are (``input=`` of every call)
-INPUT = {"pbmc_val": "counts", "brain_val": "reads", "pancreas_test": "counts"}
 DEFAULT_SETS = ("pbmc_val", "brain_val")
 ZERO_SHOT, ADAPT, SCVI, PCA, DEPTH = "zero-shot", "adapt", "scVI", "PCA-50", "depth"
 LEIDEN_SEEDS = tuple(range(10))

@@ -38,8 +38,9 @@ __all__ = ["adapt_encoder"]
 #: Chosen on validation tissues only (benchmarks/results/adapt_curve_validation.csv: sorted PBMCs, Darmanis
 #: brain): keeping the gene embeddings, lr 3e-3 and the EMA teacher was the one recipe above the base's
 #: zero-shot F1 and Leiden ARI on both; re-initialising them (pca) won on brain but fell below zero-shot on PBMCs.
+#: ``teacher_genes``: the teacher's gene budget per cell (the ``mini`` preset's 512; the step's cost grows with it).
 RECIPE = {"gene_init": "checkpoint", "lr": 3e-3, "warmup_steps": 50, "batch_size": 64, "encoder": "teacher",
-          "momentum_start": 0.996, "momentum_end": 0.9997}
+          "momentum_start": 0.996, "momentum_end": 0.9997, "teacher_genes": 512}
 
 def adapt_encoder(
     shard: str | os.PathLike,
@@ -163,7 +164,7 @@ def _config(shard, work: Path, arch: dict, init_from: str, steps: int, seed: int
         "preset": "mini",
         "run": {"out_dir": str(work / "runs"), "run_name": "adapt", "seed": int(seed), "steps": int(steps)},
         "data": {"corpus": [str(shard)], "cache_dir": str(work / "cache"), "batch_size": recipe["batch_size"],
-                 "accumulation": 1, "num_workers": 0},
+                 "accumulation": 1, "num_workers": 0, "teacher_genes": int(recipe["teacher_genes"])},
         "model": {"preset": "mini", "overrides": arch, "init_from": str(init_from), "gene_init": recipe["gene_init"]},
         "optim": {"lr": recipe["lr"], "min_lr": min(1e-6, recipe["lr"]),
                   "warmup_steps": min(int(recipe["warmup_steps"]), max(1, steps // 4))},
