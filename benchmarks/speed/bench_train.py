@@ -7,7 +7,13 @@ optimizer step after one warm-up step. Each ``--recipe NAME=YAML`` takes the ste
 run config (``RECIPE_KEYS``: batch size, token budgets, predictor shape, targets) from that file;
 block sizes are scaled to the synthetic gene universe, so every recipe sees the same cells. The
 recipes run one after the other in this process, and the first one is the baseline of the
-``speedup`` column. FLOPs are counted, not estimated: one extra step runs under
+``speedup`` column. ``--profile`` adds where a step's time goes, over the timed steps: ``data_s`` (the next
+prepared batch: gene budget, views, blocks, collation, in this process with ``num_workers: 0``), ``teacher_s``
+(the EMA teacher's forward), ``objective_s`` (the whole forward with the loss, teacher included),
+``optimizer_s`` (AdamW), ``ema_s`` and ``rest_s`` (backward, gradient clipping, logging: the step minus the
+others); and, from one more step under ``torch.profiler``, the share of time in matrix products
+(``matmul_share``: mm/addmm/bmm/baddbmm/linear/matmul/einsum kernels, self time) and in the remaining torch ops
+(``other_ops_share``; element-wise, reductions, indexing). FLOPs are counted, not estimated: one extra step runs under
 :class:`torch.utils.flop_counter.FlopCounterMode`. The reference is a float32 GEMM of shape
 ``[batch·genes, d] @ [d, d_ff]`` measured in the same process. Prints a table, writes
 ``results/<--out>``.
@@ -108,7 +114,14 @@ def measure(name: str, over: dict, args, tmp: Path, graph: str, universe: int) -
 
     reset_peak_memory(tr.info.device)
     step()  # warm-up
+    clock = _PhaseClock(tr) if getattr(args, "profile", False) else None
+    if clock is not None:
+        data = clock.wrap(data)
     timed = [step() for _ in range(args.steps)]
+    phases = clock.phases(sum(t for _, t in timed)) if clock is not None else {}
+    if clock is not None:
+        clock.close()
+        phases |= _op_shares(step)
     peak = peak_memory_mib(tr.info.device)
     with FlopCounterMode(display=False) as counter:
         counted, _ = step()
@@ -125,8 +138,74 @@ def measure(name: str, over: dict, args, tmp: Path, graph: str, universe: int) -
         "cells_per_s": cells / dt, "tokens_per_cell": tokens / cells, "tokens_per_s": tokens / dt,
         "flops_per_token": flops_per_token, "gflops_per_cell": flops_per_token * tokens / cells / 1e9,
         "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,
-        "loss_first": timed[0][0]["loss"], "loss_last": timed[-1][0]["loss"], "peak_mib": peak,
+        "loss_first": timed[0][0]["loss"], "loss_last": timed[-1][0]["loss"], "peak_mib": peak, **phases,
     }
+
+
+class _PhaseClock:
+    """Seconds spent in the data stream, the teacher, the objective, AdamW and the EMA during the timed steps."""
+
+    def __init__(self, tr) -> None:
+        import biomjepa.train.loop as loop
+
+        self.loop, self.sec = loop, {"data": 0.0, "teacher": 0.0, "objective": 0.0, "optimizer": 0.0, "ema": 0.0}
+        self.real = {"compute_objective": loop.compute_objective, "ema_update": loop.ema_update}
+        loop.compute_objective = self._timed("objective", loop.compute_objective)
+        loop.ema_update = self._timed("ema", loop.ema_update)
+        tr.optimizer.step = self._timed("optimizer", tr.optimizer.step)
+        self.hooks = [tr.teacher.register_forward_pre_hook(lambda *a: self._mark()),
+                      tr.teacher.register_forward_hook(lambda *a: self._add("teacher"))]
+
+    def _mark(self) -> None:
+        self.t = time.perf_counter()
+
+    def _add(self, key: str) -> None:
+        self.sec[key] += time.perf_counter() - self.t
+
+    def _timed(self, key: str, fn):
+        def run(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.sec[key] += time.perf_counter() - t
+        return run
+
+    def wrap(self, data):
+        while True:
+            t = time.perf_counter()
+            batch = next(data)
+            self.sec["data"] += time.perf_counter() - t
+            yield batch
+
+    def phases(self, total: float) -> dict:
+        s = self.sec
+        rest = total - s["data"] - s["objective"] - s["optimizer"] - s["ema"]
+        return {f"{k}_s": v for k, v in {**s, "rest": rest}.items()}
+
+    def close(self) -> None:
+        self.loop.compute_objective, self.loop.ema_update = self.real["compute_objective"], self.real["ema_update"]
+        for h in self.hooks:
+            h.remove()
+
+
+#: torch ops counted as matrix products in ``matmul_share`` (self CPU time)
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul",
+              "aten::einsum", "aten::_addmm_activation")
+
+
+def _op_shares(step) -> dict:
+    """Shares of one step's time in matrix-product ops and in the other torch ops (``torch.profiler``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        step()
+        total = time.perf_counter() - t0
+    self_us = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
+    matmul = sum(v for k, v in self_us.items() if k in MATMUL_OPS or "mkldnn" in k or "gemm" in k) / 1e6
+    ops = sum(v for k, v in self_us.items() if k.startswith("aten::")) / 1e6
+    return {"profiled_step_s": total, "matmul_share": matmul / total, "other_ops_share": (ops - matmul) / total}
 
 
 def main() -> None:
@@ -140,6 +219,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (CUDA: bf16 autocast, as the loop runs)")
     ap.add_argument("--out", default=None, help="CSV name under results/ (default bench_train_<preset>.csv)")
+    ap.add_argument("--profile", action="store_true", help="add where a step's time goes (phases, matmul share)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -160,6 +240,11 @@ def main() -> None:
         print(f"{r['recipe']:>8}: batch {r['batch_size']:>3} | step {r['step_s']:.3f} s | {r['cells_per_s']:7.1f} cells/s "
               f"(x{r['speedup']:.2f}) | {r['tokens_per_cell']:.0f} tokens/cell | {r['gflops_per_cell']:.2f} GFLOP/cell | "
               f"{r['gflops']:.1f} GFLOP/s = {r['fraction_of_gemm']:.2f} of same-run GEMM ({r['gemm_gflops']:.1f})")
+        if args.profile:
+            n = r["timed_steps"]
+            print("          per step: " + ", ".join(f"{k[:-2]} {r[k] / n:.3f} s" for k in
+                  ("data_s", "teacher_s", "objective_s", "optimizer_s", "ema_s", "rest_s"))
+                  + f"; matmul {r['matmul_share']:.0%}, other torch ops {r['other_ops_share']:.0%} of a step")
     print(f"wrote {path}")
 
 
