@@ -6,13 +6,16 @@
 
 Writes ``src/biomjepa/_models/biomjepa-mini-v<version>/`` (or ``--out``: ``config.json``,
 ``model.safetensors`` and the ``SHA256SUMS`` manifest) and prints the registry entry to paste into
-``biomjepa/_pretrained.py``: name, version, ``checkpoint_sha256`` (the sha256 of the manifest, which
-pins every file; :func:`biomjepa.model.checkpoint_sha256`) and ``sha256`` (of the weights).
+``biomjepa/_pretrained.py``, keyed ``biomjepa-mini-v<version>``: path, version, ``checkpoint_sha256``
+(the sha256 of the manifest, which pins every file; :func:`biomjepa.model.checkpoint_sha256`) and
+``sha256`` (of the weights).
 
 ``--feature-cells N`` records fixed feature statistics (:mod:`biomjepa.nn.readout`): the per-feature
 mean and standard deviation of the exported readout over ``N`` cells drawn (seeded) from the run's
 own prepared training corpus, so the checkpoint returns standardized embeddings whose scale never
-depends on the user's cells.
+depends on the user's cells. With ``0`` (the default) none are recorded and the checkpoint returns the raw
+readout; the script then prints a warning. The entry becomes the default (and the alias ``biomjepa-mini``)
+only through ``DEFAULT_RELEASE`` in ``_pretrained.py``.
 """
 
 from __future__ import annotations
@@ -52,8 +55,9 @@ def probed_encoder(state: dict) -> str:
     return state["config"].get("probe_encoder") or "teacher"
 
 
-def readout_from_corpus(state: dict, run: Path, pooling: str, n: int, which: str = "teacher") -> dict:
-    """Fixed feature statistics of the ``which`` encoder's ``pooling`` readout over ``n`` corpus cells."""
+def readouts_from_corpus(state: dict, run: Path, poolings, n: int, which: str = "teacher") -> dict[str, dict]:
+    """``{pooling: readout entry}``: fixed feature statistics of the ``which`` encoder's readouts ``poolings`` over
+    the same ``n`` corpus cells, from one embedding pass (it yields every readout at once)."""
     from biomjepa.bench.probe import ProbeSet, probe_embeddings
     from biomjepa.nn.config import ModelConfig
     from biomjepa.nn.encoder import Encoder
@@ -63,9 +67,14 @@ def readout_from_corpus(state: dict, run: Path, pooling: str, n: int, which: str
     enc = Encoder(ModelConfig.from_dict(state["model_config"]))
     enc.load_state_dict(encoder_weights(state, which))
     cells = corpus_sample(state, run, n)
-    Z = probe_embeddings(enc, ProbeSet(cells, np.zeros(len(cells)), np.zeros(len(cells)), None))[pooling]
-    mean, scale = feature_stats(Z)
-    return readout_entry(mean, scale, n_cells=len(cells), source=f"training corpus sample (seed 0) of {run.name}")
+    Z = probe_embeddings(enc, ProbeSet(cells, np.zeros(len(cells)), np.zeros(len(cells)), None))
+    source = f"training corpus sample (seed 0) of {run.name}"
+    return {k: readout_entry(*feature_stats(Z[k]), n_cells=len(cells), source=source) for k in poolings}
+
+
+def readout_from_corpus(state: dict, run: Path, pooling: str, n: int, which: str = "teacher") -> dict:
+    """Fixed feature statistics of the ``which`` encoder's ``pooling`` readout over ``n`` corpus cells."""
+    return readouts_from_corpus(state, run, [pooling], n, which)[pooling]
 
 
 def main() -> None:
@@ -74,7 +83,9 @@ def main() -> None:
     p.add_argument("--version", default="0.3")
     p.add_argument("--step", type=int, default=None, help="training step to export (default: latest)")
     p.add_argument("--pooling", default=None, help="readout to record (default: the run's, max_top5)")
-    p.add_argument("--feature-cells", type=int, default=0, help="corpus cells for fixed feature statistics (0: none)")
+    p.add_argument("--feature-cells", type=int, default=0,
+                   help="corpus cells for fixed feature statistics (0: none, the raw readout, with a warning; "
+                        "a bundled checkpoint needs e.g. 4096)")
     p.add_argument("--which", choices=["teacher", "student"], default=None,
                    help="encoder to export (default: the one the run probed, probe.encoder)")
     p.add_argument("--out", default=None, help="output directory (default: src/biomjepa/_models/biomjepa-mini-v<version>)")
@@ -94,9 +105,15 @@ def main() -> None:
     stats = f"{readout['n_cells']} corpus cells" if readout else "none"
     print(f"wrote {out} ({size:.1f} MiB), step {meta['provenance'].get('step')}, pooling {pooling}, "
           f"feature statistics: {stats}")
-    print(json.dumps({"biomjepa-mini": {"path": f"_models/{out.name}", "version": args.version,
-                                        "checkpoint_sha256": checkpoint_sha256(out),
-                                        "sha256": meta["weights_sha256"]}}, indent=2))
+    if readout is None:
+        print("WARNING: --feature-cells 0: no fixed feature statistics, so this checkpoint returns the RAW readout "
+              "(not standardized); a bundled checkpoint needs e.g. --feature-cells 4096")
+    name = f"biomjepa-mini-v{args.version}"
+    print(f"registry entry for src/biomjepa/_pretrained.py (REGISTRY); it becomes the default, and the alias "
+          f"'biomjepa-mini', only when DEFAULT_RELEASE = {name!r} there:")
+    print(json.dumps({name: {"path": f"_models/{out.name}", "version": args.version,
+                             "checkpoint_sha256": checkpoint_sha256(out),
+                             "sha256": meta["weights_sha256"]}}, indent=2))
 
 
 if __name__ == "__main__":

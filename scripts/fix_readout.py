@@ -3,7 +3,8 @@
     python scripts/fix_readout.py CHECKPOINT --name biomjepa-mini-v0.2.1 [--cells 4096] [--kind standardize]
 
 Reads the corpus files the checkpoint's provenance config names (paths relative to the repository root,
-``../shared/data`` beside it; each file's ``exclude_obs`` cells stay out, ``species`` is honoured), draws
+``../shared/data`` beside it; each file's ``exclude_obs`` cells stay out; ``species``, ``gene_key``, ``id_type``
+and ``layer`` are honoured, and ``counts: reads`` files are embedded as reads, ``input="reads"``), draws
 ``--cells`` cells spread over the files in proportion to their size (seed 0), embeds them with the
 checkpoint's raw readout and records the statistics in a copy of the checkpoint (same weights) under
 ``src/biomjepa/_models/<name>/``: ``standardize`` = per-feature mean and s.d.; ``whiten`` = the same plus a
@@ -35,6 +36,21 @@ def corpus_files(checkpoint) -> list[dict]:
     return [c if isinstance(c, dict) else {"path": c} for c in cfg["corpus"]]
 
 
+def entry_input(entry: dict) -> str:
+    """``bj.tl.embed``'s ``input`` for a corpus entry: ``"reads"`` for ``counts: reads`` (plate-based read counts,
+    embedded as molecule equivalents as the corpus cache converted them), else ``"counts"``."""
+    return "reads" if entry.get("counts") == "reads" else "counts"
+
+
+def excluded(adata, exclude) -> np.ndarray:
+    """Boolean ``[n_obs]`` of an entry's ``exclude_obs``: a bool obs column, or a file of obs names (repo-relative)."""
+    if not exclude:
+        return np.zeros(adata.n_obs, bool)
+    if exclude in adata.obs:
+        return adata.obs[exclude].to_numpy().astype(bool)
+    return adata.obs_names.isin((REPO / exclude).read_text().split())
+
+
 def corpus_embeddings(checkpoint, n_cells: int, seed: int = 0) -> np.ndarray:
     """Raw readout of ``n_cells`` corpus cells (seeded, spread over the files in proportion to their size)."""
     import anndata as ad
@@ -45,10 +61,7 @@ def corpus_embeddings(checkpoint, n_cells: int, seed: int = 0) -> np.ndarray:
     sizes = []
     for e in entries:
         a = ad.read_h5ad(REPO / e["path"], backed="r")
-        keep = np.ones(a.n_obs, bool)
-        if e.get("exclude_obs"):
-            keep &= ~a.obs_names.isin((REPO / e["exclude_obs"]).read_text().split())
-        sizes.append(np.flatnonzero(keep))
+        sizes.append(np.flatnonzero(~excluded(a, e.get("exclude_obs"))))
         a.file.close()
     total = sum(len(s) for s in sizes)
     rng = np.random.default_rng(seed)
@@ -59,8 +72,9 @@ def corpus_embeddings(checkpoint, n_cells: int, seed: int = 0) -> np.ndarray:
         a = ad.read_h5ad(REPO / e["path"])[pick].copy()
         if e.get("layer"):
             a.X = a.layers[e["layer"]]
-        bj.pp.map_vocab(a, species=e.get("species", "human"))
-        bj.tl.embed(a, checkpoint=checkpoint)
+        bj.pp.map_vocab(a, species=e.get("species", "human"), gene_key=e.get("gene_key"),
+                        id_type=e.get("id_type") or "auto")
+        bj.tl.embed(a, checkpoint=checkpoint, input=entry_input(e))
         parts.append(a.obsm["X_biomjepa"])
     return np.concatenate(parts)
 

@@ -228,3 +228,54 @@ def test_adapt_vs_scvi_sets_parse_and_pancreas_only_by_name():
     assert INPUT["brain_val"] == "reads"  # plate-based read counts
     with pytest.raises(argparse.ArgumentTypeError, match="unknown sets"):
         parse_sets("pbmc_val,lung")
+
+
+# benchmarks/evaluation/validation_two_tissues.py: the shipping rule on a synthetic table (no model, no data)
+
+def _two_tissue_table(new: dict, old: dict, seeds: int = 10) -> pd.DataFrame:
+    """Rows as ``score_set`` writes them: ``{tissue: (f1, ari)}`` for ``new`` and ``old``, plus a chemistry row."""
+    rows = []
+    for rep, vals in (("v0.4", new), ("v0.3", old)):
+        for s, (f1, ari) in vals.items():
+            rows.append({"set": s, "representation": rep, "f1": f1, "leiden_ari": ari - 0.05}
+                        | ({"leiden_ari_mean": ari} if seeds > 1 else {}))
+        rows.append({"set": "chemistry", "representation": rep, "f1": 0.0, "leiden_ari": 0.0}
+                    | ({"leiden_ari_mean": 0.0} if seeds > 1 else {}))
+    return pd.DataFrame(rows)
+
+
+def test_shipping_rule_met_and_not_met():
+    from benchmarks.evaluation.validation_two_tissues import shipping_rule
+
+    old = {"pbmc": (0.70, 0.66), "brain": (0.80, 0.69)}
+    met, d = shipping_rule(_two_tissue_table({"pbmc": (0.75, 0.70), "brain": (0.79, 0.68)}, old), "v0.4", "v0.3")
+    assert met and list(d.index) == ["pbmc", "brain", "mean"] and list(d.columns) == ["f1", "leiden_ari_mean"]
+    assert d.loc["brain", "f1"] == pytest.approx(-0.01) and d.loc["mean", "f1"] == pytest.approx(0.02)
+    # behind on brain ARI by exactly the tolerance: still met (float rounding aside)
+    assert shipping_rule(_two_tissue_table({"pbmc": (0.75, 0.72), "brain": (0.81, 0.67)}, old), "v0.4", "v0.3")[0]
+    # behind on one tissue by more than 0.02, though ahead on the mean
+    assert not shipping_rule(_two_tissue_table({"pbmc": (0.80, 0.75), "brain": (0.77, 0.70)}, old), "v0.4", "v0.3")[0]
+    # ahead in F1 but not on the mean ARI
+    assert not shipping_rule(_two_tissue_table({"pbmc": (0.75, 0.66), "brain": (0.85, 0.69)}, old), "v0.4", "v0.3")[0]
+
+
+def test_shipping_rule_reads_seed_zero_with_one_seed_and_needs_both_tissues():
+    from benchmarks.evaluation.validation_two_tissues import shipping_rule
+
+    t = _two_tissue_table({"pbmc": (0.75, 0.70), "brain": (0.81, 0.70)}, {"pbmc": (0.70, 0.66), "brain": (0.80, 0.69)},
+                          seeds=1)
+    met, d = shipping_rule(t, "v0.4", "v0.3")
+    assert met and "leiden_ari" in d.columns and d.loc["pbmc", "leiden_ari"] == pytest.approx(0.04)
+    with pytest.raises(ValueError, match="no rows"):
+        shipping_rule(t[t["set"] != "brain"], "v0.4", "v0.3")
+
+
+# benchmarks/pretraining/curves_v04.py: which saved states are scored (file names only)
+
+def test_curves_v04_scores_multiples_and_always_the_last_state():
+    from benchmarks.pretraining.curves_v04 import states_to_score
+
+    names = [Path(f"step_{s:08d}.pt") for s in (7300, 500, 1000, 1500, 250)]
+    assert [p.name for p in states_to_score(names, 500)] == [f"step_{s:08d}.pt" for s in (500, 1000, 1500, 7300)]
+    assert [p.name for p in states_to_score(names[1:4], 1000)] == ["step_00001000.pt", "step_00001500.pt"]
+    assert states_to_score([], 500) == []

@@ -358,3 +358,17 @@ def test_adapt_speaks_in_flags(counts_adata, tiny_checkpoint, tmp_path, capsys):
     assert "`biomjepa embed IN.h5ad OUT.h5ad --checkpoint DIR`" in err and "`biomjepa embed` (the base" in err
     assert "bj.tl" not in err and "checkpoint=" not in err and "out_dir" not in err
     assert not (tmp_path / "ck").exists()
+
+
+def test_python_dash_m_runs_the_command(tmp_path):
+    """``python -m biomjepa`` is the ``biomjepa`` command, exit codes included (where its script is not on PATH)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(bj.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    ok = subprocess.run([sys.executable, "-m", "biomjepa", "--help"], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and ok.stdout.startswith("usage: biomjepa")
+    bad = subprocess.run([sys.executable, "-m", "biomjepa", "embed", str(tmp_path / "missing.h5ad")],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "missing.h5ad" in bad.stderr

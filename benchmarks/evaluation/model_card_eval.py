@@ -8,23 +8,30 @@ annotation, so coarse types (T, B, NK, monocyte) come from marker genes (:func:`
 Test: the 1,074 held-out Baron pancreas cells, ``bj.datasets.pancreas()`` (reported only).
 Per representation: few-shot k = 5 macro-F1 (``bj.bench.annotation``, seeds 42–46), effective rank
 and depth association (``bj.bench.geometry``: ``depth_nnz`` = mean |r| of the leading axis and of the
-norm with detected genes), and ``bj.bench.depth_robustness`` (thinning to 50 % and 20 %). On the test
-cells also the max-token winners per cell type against the trivial baseline (each cell's
-most-expressed gene).
+norm with detected genes), ``bj.bench.depth_robustness`` (thinning to 50 % and 20 %) and Leiden ARI / NMI
+with scanpy's defaults on the labelled cells (``scanpy_defaults.leiden_scores``; mean and s.d. over
+``--leiden-seeds`` seeds, default 10; ``task="clustering"``). On the test cells also the max-token winners per
+cell type against the trivial baseline (each cell's most-expressed gene). ``--baselines scvi`` needs scvi-tools,
+checked before any work (install it in the benchmark's own venv: see the error message).
 
     python benchmarks/evaluation/model_card_eval.py NAME=CHECKPOINT [NAME=CHECKPOINT ...] [--tag v0.2] \
-        [--sets test] [--baselines pca hvg scvi]
+        [--sets test] [--baselines pca hvg scvi] [--leiden-seeds 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
 from benchmarks._common import SHARED, write_csv
+
+SCVI_INSTALL = ('--baselines scvi: scvi-tools is not importable here. Install it in the benchmark\'s own '
+                'environment, not as a biomjepa dependency:\n  python -m venv --system-site-packages .venv-scvi && '
+                '.venv-scvi/bin/pip install "scvi-tools>=1.1"\nthen run this script with .venv-scvi/bin/python.')
 
 
 def validation_cells():
@@ -78,8 +85,29 @@ def chemistry_cells(per_batch: int = 300, seed: int = 0):
     return a
 
 
+def leiden_rows(adata, reps, leiden_seeds: int) -> list[dict]:
+    """Leiden ARI and NMI with scanpy's defaults (``scanpy_defaults.leiden_scores``: default neighbour graph on
+    the representation, igraph Leiden at resolution 1) of each of ``reps`` on the labelled cells, as summarized
+    rows (``task="clustering"``, ``setting="scanpy_defaults"``): the mean over Leiden seeds ``0..leiden_seeds-1``,
+    the s.d. of ARI (NaN for NMI and for one seed) and ``n`` the number of seeds."""
+    from benchmarks.evaluation.scanpy_defaults import leiden_scores
+
+    labelled = adata.obs["cell_type"].notna().to_numpy()
+    labels = adata.obs["cell_type"].to_numpy()[labelled].astype(str)
+    seeds = tuple(range(leiden_seeds))
+    out = []
+    for r in reps:
+        s = leiden_scores(adata.obsm[r][labelled], labels, seeds)
+        for m in ("leiden_ari", "leiden_nmi"):
+            out.append({"task": "clustering", "rep": r, "setting": "scanpy_defaults", "metric": m,
+                        "mean": s.get(f"{m}_mean", s[m]), "sd": s.get(f"{m}_sd", float("nan")), "n": len(seeds)})
+    return out
+
+
 def score(adata, checkpoints: dict[str, str], seeds, *, batch_key: str | None = None,
-          fractions=(0.5, 0.2), baselines=("pca",)) -> list[dict]:
+          fractions=(0.5, 0.2), baselines=("pca",), leiden_seeds: int = 0) -> list[dict]:
+    """Summarized rows (``task, rep, setting, metric, mean, sd, n``) of the checkpoints and ``baselines`` on
+    ``adata``; with ``leiden_seeds`` > 0 also :func:`leiden_rows` (0, the default for other scripts: none)."""
     import pandas as pd
 
     import biomjepa as bj
@@ -103,7 +131,8 @@ def score(adata, checkpoints: dict[str, str], seeds, *, batch_key: str | None = 
     table = bj.bench.summarize(pd.concat(parts))
     keep = ["macro_f1", "effective_rank", "depth_nnz", "depth_mean", "nn_label_agreement", "self_match",
             "relative_shift", "cross_batch_share", "cross_batch_share_within_label", "label_asw", "batch_asw"]
-    return table[table["metric"].isin(keep)].to_dict("records")
+    leiden = leiden_rows(adata, reps, leiden_seeds) if leiden_seeds > 0 else []
+    return table[table["metric"].isin(keep)].to_dict("records") + leiden
 
 
 def max_token_table(adata, checkpoints: dict[str, str]) -> list[dict]:
@@ -142,16 +171,24 @@ def main() -> None:
                    help="baseline rows (bj.bench.add_baselines): PCA-50 always belongs; hvg = the 2,000 "
                         "log-normalized HVGs themselves; scvi = scVI's latent (needs scvi-tools)")
     p.add_argument("--no-max-token", action="store_true", help="skip the test cells' max-token table")
+    p.add_argument("--leiden-seeds", type=int, default=10,
+                   help="Leiden seeds 0..N-1 of the Leiden ARI / NMI rows (scanpy's defaults): their mean and s.d.")
     args = p.parse_args()
+    if args.leiden_seeds < 1:
+        p.error("--leiden-seeds must be at least 1")
+    if "scvi" in args.baselines and importlib.util.find_spec("scvi") is None:
+        p.error(SCVI_INSTALL)
     cks = dict(c.split("=", 1) for c in args.checkpoints)
     rows = []
     for which in args.sets:
         if which == "chemistry":
             rows += [{"cells": which, **r} for r in score(chemistry_cells(), cks, tuple(args.seeds), batch_key="batch",
-                                                         fractions=(), baselines=args.baselines)]
+                                                         fractions=(), baselines=args.baselines,
+                                                         leiden_seeds=args.leiden_seeds)]
             continue
         adata = validation_cells() if which == "validation" else bj.datasets.pancreas()
-        rows += [{"cells": which, **r} for r in score(adata, cks, tuple(args.seeds), baselines=args.baselines)]
+        rows += [{"cells": which, **r} for r in score(adata, cks, tuple(args.seeds), baselines=args.baselines,
+                                                      leiden_seeds=args.leiden_seeds)]
         if which == "test" and not args.no_max_token:
             mt = pd.DataFrame(max_token_table(adata, cks))
             print(mt.round(2).to_string(index=False))

@@ -15,8 +15,12 @@ molecule equivalents nearly unchanged) and, on the chemistry set, chemistry mixi
 (``bj.bench.integration``: ``cross_batch_share_within_label``). PCA-50 is the standard scanpy path on the same
 cells; ``depth`` (log library size and log detected genes, 2 numbers per cell) is the trivial baseline.
 
+``--rule NEW OLD`` evaluates the shipping rule (:func:`shipping_rule`): NEW ahead of OLD on the mean of
+``pbmc`` and ``brain`` in F1 and in Leiden ARI (the mean over seeds when ``--leiden-seeds`` > 1), and behind
+OLD on neither tissue by more than ``--tol`` (0.02) in either; it prints the differences and MET / NOT MET.
+
     python benchmarks/evaluation/validation_two_tissues.py v0.3=biomjepa-mini-v0.3 v0.4=DIR [--leiden-seeds 10] \
-        [--sets pbmc brain chemistry] [--out validation_two_tissues.csv]
+        [--sets pbmc brain chemistry] [--out validation_two_tissues.csv] [--rule v0.4 v0.3]
 """
 
 from __future__ import annotations
@@ -97,6 +101,35 @@ def score_set(name: str, checkpoints: dict[str, str], leiden_seeds: int) -> list
     return list(rows.values())
 
 
+#: the two validation tissues the shipping rule reads
+TISSUES = ("pbmc", "brain")
+
+
+def ari_column(table) -> str:
+    """Leiden ARI column of ``score_set``'s rows: the mean over seeds with ``--leiden-seeds`` > 1, else seed 0's."""
+    return "leiden_ari_mean" if "leiden_ari_mean" in table and table["leiden_ari_mean"].notna().all() else "leiden_ari"
+
+
+def shipping_rule(table, new: str, old: str, tol: float = 0.02):
+    """``(met, diffs)``: the shipping rule of ``new`` against ``old`` on the rows of both tissues (:data:`TISSUES`).
+
+    ``diffs`` (index ``pbmc``, ``brain``, ``mean``; columns ``f1`` and the Leiden ARI column of
+    :func:`ari_column`) holds ``new - old``; ``mean`` is the difference of the two-tissue means. Met when ``new``
+    is ahead on the mean of both tissues in both metrics and behind on neither tissue by more than ``tol`` in
+    either metric (up to float rounding)."""
+    import pandas as pd
+
+    sub = table[table["set"].isin(TISSUES)]
+    cols = ["f1", ari_column(sub)]
+    have = sub.set_index(["representation", "set"])[cols].sort_index()
+    missing = [(r, s) for r in (new, old) for s in TISSUES if (r, s) not in have.index]
+    if missing:
+        raise ValueError(f"shipping rule: no rows for {missing} (it needs both tissues, {TISSUES}, for both)")
+    per = (have.loc[new] - have.loc[old]).loc[list(TISSUES)]
+    met = bool((per.mean() > 0).all() and (per >= -tol - 1e-12).all().all())
+    return met, pd.concat([per, per.mean().to_frame("mean").T])
+
+
 def main() -> None:
     import pandas as pd
 
@@ -105,15 +138,33 @@ def main() -> None:
     p.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     p.add_argument("--leiden-seeds", type=int, default=10)
     p.add_argument("--out", default="validation_two_tissues.csv")
+    p.add_argument("--rule", nargs=2, metavar=("NEW", "OLD"), default=None,
+                   help="evaluate the shipping rule: NEW ahead of OLD on the mean of pbmc and brain in F1 and Leiden "
+                        "ARI, and behind on neither tissue by more than --tol in either; prints MET / NOT MET")
+    p.add_argument("--tol", type=float, default=0.02, help="the rule's largest allowed shortfall per tissue")
     args = p.parse_args()
     checkpoints = dict(c.split("=", 1) for c in args.checkpoints)
+    if args.rule:
+        known = {*checkpoints, "pca50", "depth"}
+        if set(args.rule) - known:
+            p.error(f"--rule: NEW and OLD must be among {sorted(known)}")
+        if set(TISSUES) - set(args.sets):
+            p.error(f"--rule needs --sets to include {' and '.join(TISSUES)}")
     rows = [r for s in args.sets for r in score_set(s, checkpoints, args.leiden_seeds)]
     write_csv(rows, args.out)
     t = pd.DataFrame(rows)
-    cols = [c for c in ("f1", "leiden_ari_mean", "thinned_agreement", "chemistry_mixing") if c in t]
+    cols = [c for c in ("f1", ari_column(t), "thinned_agreement", "chemistry_mixing") if c in t]
     print(t.pivot_table(index="representation", columns="set", values=cols).round(3).to_string())
-    both = t[t.set.isin(["pbmc", "brain"])].groupby("representation")[["f1", "leiden_ari_mean"]].mean()
-    print("\nmean of the two tissues\n" + both.round(3).to_string())
+    tissues = t[t.set.isin(TISSUES)]
+    if len(tissues):
+        both = tissues.groupby("representation")[["f1", ari_column(tissues)]].mean()
+        print("\nmean of the two tissues\n" + both.round(3).to_string())
+    if args.rule:
+        new, old = args.rule
+        met, diffs = shipping_rule(t, new, old, args.tol)
+        print(f"\n{new} - {old} per tissue and on the two-tissue mean\n{diffs.round(3).to_string()}\n"
+              f"shipping rule ({new} ahead on the mean in both metrics, behind by at most {args.tol} per tissue): "
+              f"{'MET' if met else 'NOT MET'}")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 """Learning curves of a v0.4 pretraining run on the two validation tissues, against presentations (issue 43, item 2).
 
-For every saved training state whose step is a multiple of ``--every`` (step 0 included when it was saved) and
-that the CSV does not hold yet, the probed encoder (the EMA teacher; the student of a run with
-``probe.encoder: student``) is exported into a temporary directory once per readout of ``--readouts``
-(:data:`biomjepa.nn.pooling.POOLINGS`), each with fixed feature statistics of that readout over
-``--feature-cells`` cells of the run's own corpus cache (``scripts/export_bundled.py``'s ``readout_from_corpus``,
-as ``pretrain_curves.py`` does). The exports are scored with ``validation_two_tissues.py``'s protocol (its
-``score_set``) on ``pbmc`` (the 1,072 held-out sorted PBMCs) and ``brain`` (the 420 Darmanis cells, read as
-reads): few-shot k = 5 macro-F1, Leiden ARI with scanpy's defaults (mean and s.d. over ``--leiden-seeds``
-seeds) and, on ``pbmc``, the 20 %-thinned agreement.
+For every saved training state whose step is a multiple of ``--every`` (step 0 included when it was saved), and
+the last saved state whatever its step (what ``export_bundled.py`` exports by default), that the CSV does not
+hold yet, the probed encoder (the EMA teacher; the student of a run with ``probe.encoder: student``) is exported
+into a temporary directory once per readout of ``--readouts`` (:data:`biomjepa.nn.pooling.POOLINGS`), each with
+fixed feature statistics of that readout over ``--feature-cells`` cells of the run's own corpus cache
+(``scripts/export_bundled.py``'s ``readouts_from_corpus``: one embedding pass per state for all readouts). The
+exports are scored with ``validation_two_tissues.py``'s protocol (its ``score_set``, one call per tissue and
+state: the 20 %-thinned PBMCs are drawn once per call and re-embedded by each export) on ``pbmc`` (the 1,072
+held-out sorted PBMCs) and ``brain`` (the 420 Darmanis cells, read as reads): few-shot k = 5 macro-F1, Leiden
+ARI with scanpy's defaults (mean and s.d. over ``--leiden-seeds`` seeds) and, on ``pbmc``, the 20 %-thinned
+agreement.
 
 Rows ``step, presentations, readout, set, metric, value`` are appended to ``results/<--csv>`` after each
 state, so it can follow a live run and be re-run (training states are only read; presentations = step ×
@@ -56,6 +58,13 @@ def state_step(path: Path) -> int:
     return int(path.stem.split("_")[1])
 
 
+def states_to_score(paths, every: int) -> list[Path]:
+    """The saved states whose step is a multiple of ``every``, and always the last one (a run that ended off a
+    multiple, e.g. stopped at the end of a session, is exported from that state), sorted by step."""
+    paths = sorted(paths, key=state_step)
+    return [s for s in paths if state_step(s) % every == 0 or s == paths[-1]]
+
+
 def stops_rising(steps, values, tol: float = 0.01) -> int:
     """The first step from which no later value exceeds the value there by more than ``tol``."""
     order = np.argsort(np.asarray(steps))
@@ -65,8 +74,9 @@ def stops_rising(steps, values, tol: float = 0.01) -> int:
 
 def export_state(path: Path, run: Path, readouts: list[str], feature_cells: int, world: int,
                  tmp: str) -> tuple[int, int, dict[str, str]]:
-    """``(step, presentations, {readout: checkpoint})``: the state's probed encoder exported once per readout."""
-    from export_bundled import probed_encoder, readout_from_corpus
+    """``(step, presentations, {readout: checkpoint})``: the state's probed encoder exported once per readout, the
+    feature statistics of every readout measured from one embedding pass over the corpus sample."""
+    from export_bundled import probed_encoder, readouts_from_corpus
 
     from biomjepa.train import export
     from biomjepa.train.checkpoint import load_state
@@ -74,10 +84,11 @@ def export_state(path: Path, run: Path, readouts: list[str], feature_cells: int,
     state = load_state(path)
     step, cfg = int(state["step"]), state["config"]
     which = probed_encoder(state)
+    stats = readouts_from_corpus(state, run, readouts, feature_cells, which)
     out = {}
     for k in readouts:
         ck = Path(tmp) / f"step{step}_{k}"
-        export(state, ck, which=which, pooling=k, readout=readout_from_corpus(state, run, k, feature_cells, which))
+        export(state, ck, which=which, pooling=k, readout=stats[k])
         out[k] = str(ck)
     return step, step * int(cfg["batch_size"]) * int(cfg["accumulation"]) * world, out
 
@@ -151,7 +162,8 @@ def plot(table: pd.DataFrame, png: str) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", help="a run directory (config.yaml, checkpoints/step_*.pt); only read")
-    p.add_argument("--every", type=int, default=500, help="score states whose step is a multiple of this")
+    p.add_argument("--every", type=int, default=500,
+                   help="score states whose step is a multiple of this (and always the last saved state)")
     p.add_argument("--readouts", nargs="+", default=["max_top5", "mean_wmean"],
                    help="readouts to export each state with (biomjepa.nn.pooling.POOLINGS)")
     p.add_argument("--reference", action="append", default=[], metavar="NAME=CHECKPOINT",
@@ -176,7 +188,7 @@ def main() -> None:
     have = set(zip(table["step"].astype(int), table["readout"]))
     pending = {n: ck for n, ck in refs.items() if (REFERENCE, n) not in have}
     baseline = not (table["step"] == BASELINE).any()
-    states = sorted(s for s in (Path(args.run_dir) / "checkpoints").glob("step_*.pt") if state_step(s) % args.every == 0)
+    states = states_to_score((Path(args.run_dir) / "checkpoints").glob("step_*.pt"), args.every)
     todo = [(s, [k for k in args.readouts if (state_step(s), k) not in have]) for s in states]
     todo = [(s, ks) for s, ks in todo if ks] or ([(None, [])] if pending or baseline else [])
     for path, readouts in todo:

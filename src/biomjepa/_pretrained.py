@@ -94,6 +94,9 @@ def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: s
     """
     ref = settings.checkpoint if checkpoint is None else checkpoint
     ref = str(ref)
+    if not ref.strip():  # Path("") is the current directory: never load whatever lies there by accident
+        raise ValueError(f"checkpoint={ref!r} is empty: pass a registered name ({', '.join(sorted(REGISTRY))}), a "
+                         "checkpoint directory, `URL#sha256=<hex>`, or None for bj.settings.checkpoint.")
     if ref in REGISTRY:
         entry = REGISTRY[ref]
         if "path" in entry:

@@ -422,3 +422,10 @@ def test_feature_statistics_chunk_by_chunk_are_the_float64_ones():
     assert scale[6] == 1e-6
     with pytest.raises(ValueError, match="at least one"):
         feature_stats(Z[:0])
+
+
+def test_an_empty_checkpoint_reference_is_refused_not_read_as_the_current_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for ref in ("", "  "):
+        with pytest.raises(ValueError, match=r"checkpoint=.* is empty: pass a registered name"):
+            resolve_checkpoint(ref)

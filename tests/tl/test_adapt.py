@@ -378,6 +378,31 @@ def test_cli_adapt_writes_the_checkpoint_and_the_embedding(tmp_path, base, capsy
     assert code == 1 and "not an empty directory" in capsys.readouterr().err
 
 
+def test_cli_adapt_refuses_a_bad_time_budget_as_a_usage_error_before_reading(tmp_path, base, capsys, monkeypatch):
+    import biomjepa.data.stream as stream
+    from biomjepa.cli.app import main
+
+    cells().write_h5ad(tmp_path / "in.h5ad")
+    monkeypatch.setattr(stream, "iter_checked_counts", lambda *a, **k: pytest.fail("read the cells"))
+    for bad in ("-5", "0", "nan", "soon"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["adapt", str(tmp_path / "in.h5ad"), "--out", str(tmp_path / "ck"), "--checkpoint", base,
+                  "--time-budget", bad])
+        assert exit_.value.code == 2 and "--time-budget" in capsys.readouterr().err
+
+
+def test_a_bad_base_checkpoint_is_refused_before_the_cells_are_read(tmp_path, base, monkeypatch):
+    import biomjepa.data.shard_file as shard_file
+
+    monkeypatch.setattr(shard_file, "write_shard", lambda *a, **k: pytest.fail("wrote the shard"))
+    adata = cells()
+    with pytest.raises(FileNotFoundError, match="neither a registered name"):
+        bj.tl.adapt(adata, str(tmp_path / "missing"), steps=2, out_dir=tmp_path / "ck")
+    with pytest.raises(ValueError, match=r"expected 0{64}"):
+        bj.tl.adapt(adata, base + "#sha256=" + "0" * 64, steps=2, out_dir=tmp_path / "ck")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_pretraining_health_check_neither_warns_nor_misleads_an_adapt_user(caplog):
     import logging
     import warnings

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 
 from .embed import EMBED_FLAGS
-from .types import CHECKPOINT_HELP, EPILOG, h5ad_file, non_negative_int, output_file, positive_int
+from .types import (
+    CHECKPOINT_HELP,
+    EPILOG,
+    h5ad_file,
+    non_negative_int,
+    output_file,
+    positive_int,
+    positive_seconds,
+)
 
 
 def add_adapt_parser(subparsers) -> argparse.ArgumentParser:
@@ -35,7 +43,7 @@ def add_adapt_parser(subparsers) -> argparse.ArgumentParser:
                    help="species of the gene identifiers (default: human)")
     a.add_argument("--steps", type=positive_int, default=None,
                    help="training steps of 64 cells (default: 24 passes over the cells, 300-1000 steps)")
-    a.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+    a.add_argument("--time-budget", type=positive_seconds, default=None, metavar="SECONDS",
                    help="stop training after this many seconds (default: none)")
     a.add_argument("--seed", type=non_negative_int, default=0, help="training seed (default: 0)")
     a.set_defaults(func=run_adapt, flags=ADAPT_FLAGS)

@@ -141,6 +141,19 @@ def non_negative_int(value: str) -> int:
     return _int_at_least(value, 0)
 
 
+def positive_seconds(value: str) -> float:
+    """A finite number of seconds > 0."""
+    import math
+
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
 def h5ad_file(value: str) -> str:
     """An existing, readable ``.h5ad`` (HDF5) file; a missing, unreadable, empty, CSV or other file is a usage
     error naming it and what is expected (:func:`biomjepa.data.files.check_h5ad_file`)."""

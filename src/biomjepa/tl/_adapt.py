@@ -146,6 +146,7 @@ def adapt(
     _check_size(target.n_obs)
     token, mapped = _tokens(source, species)
     base = str(checkpoint if checkpoint is not None else settings.checkpoint)
+    _check_base(base)
     phases = {"map": round(time.perf_counter() - t0, 2)}
     with sigterm_interrupts("bj.tl.adapt stopped by SIGTERM; nothing was written."), _claimed(out_dir) as out:
         try:
@@ -177,6 +178,14 @@ def _check_size(n: int, what: str = "adata has") -> None:
             "Embed fewer cells with `bj.tl.embed` (the base checkpoint), or adapt on a larger dataset of the same "
             "tissue and embed these cells with its checkpoint: `bj.tl.embed(adata, checkpoint=out_dir)`."
         )
+
+
+def _check_base(base: str) -> None:
+    """Load the base checkpoint now (cached for training), so a missing, damaged or mis-pinned one is refused before
+    the cells are read."""
+    from .._pretrained import load_model
+
+    load_model(base)
 
 
 def _tokens(source, species: str) -> tuple[np.ndarray, bool]:
