@@ -345,9 +345,9 @@ def test_the_cells_are_embedded_once_and_the_time_of_each_part_recorded(tmp_path
     bj.tl.adapt(adata, base, steps=3, out_dir=tmp_path / "ck")
     assert sum(embedded) == N  # one pass: the readout's statistics and the embedding come from it
     phases = adata.uns["biomjepa"]["adapt"]["phases"]
-    assert list(phases) == ["map", "shard", "setup", "steps", "readout", "export", "write"]
+    assert list(phases) == ["map", "base", "shard", "setup", "steps", "readout", "export", "write"]
     assert all(isinstance(v, float) and v >= 0 for v in phases.values())
-    before_training_ended = phases["map"] + phases["shard"] + phases["setup"] + phases["steps"]
+    before_training_ended = phases["map"] + phases["base"] + phases["shard"] + phases["setup"] + phases["steps"]
     assert before_training_ended <= adata.uns["biomjepa"]["adapt"]["seconds"] + 0.05  # parts, not more than the whole
     # that one pass is what tl.embed gives later with the checkpoint, bit for bit
     later = adata.copy()

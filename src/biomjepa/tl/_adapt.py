@@ -126,7 +126,8 @@ def adapt(
         ``checkpoint`` (path), ``checkpoint_sha256``, ``weights_sha256``, ``base`` (reference, name and
         sha256s of the base checkpoint), ``steps``, ``steps_done``, ``seconds``, ``recipe``, ``seed``,
         ``n_cells``, ``time_budget``, ``precision`` (what training and the embedding ran in), ``phases``
-        (seconds of each part: ``map`` the genes and check the input, write the ``shard``, training ``setup``
+        (seconds of each part: ``map`` the genes and check the input, load the ``base`` checkpoint, write the
+        ``shard``, training ``setup``
         (corpus cache, gene graph, model) and ``steps``, embed the cells with the adapted encoder
         (``readout``: the one embedding pass, which also measures the feature statistics), ``export`` the
         checkpoint, ``write`` into ``adata``).
@@ -146,8 +147,9 @@ def adapt(
     _check_size(target.n_obs)
     token, mapped = _tokens(source, species)
     base = str(checkpoint if checkpoint is not None else settings.checkpoint)
+    mapped_at = time.perf_counter()
     _check_base(base)
-    phases = {"map": round(time.perf_counter() - t0, 2)}
+    phases = {"map": round(mapped_at - t0, 2), "base": round(time.perf_counter() - mapped_at, 2)}
     with sigterm_interrupts("bj.tl.adapt stopped by SIGTERM; nothing was written."), _claimed(out_dir) as out:
         try:
             record, cells = _train(source, layer, token, base, out, steps, seed, time_budget, t0, phases)
