@@ -42,6 +42,7 @@ __all__ = ["adapt_encoder"]
 RECIPE = {"gene_init": "checkpoint", "lr": 3e-3, "warmup_steps": 50, "batch_size": 64, "encoder": "teacher",
           "momentum_start": 0.996, "momentum_end": 0.9997, "teacher_genes": 512}
 
+
 def adapt_encoder(
     shard: str | os.PathLike,
     out_dir: str | os.PathLike,
