@@ -99,6 +99,19 @@ def test_trains_and_embeds_in_the_precision_set_and_records_it(tmp_path, base, m
     np.testing.assert_allclose(later.obsm["X_biomjepa"], adata.obsm["X_biomjepa"], rtol=0, atol=1e-6)
 
 
+def test_the_recipe_can_export_another_readout(tmp_path, base, monkeypatch):
+    import biomjepa.train.adapt as train_adapt
+
+    monkeypatch.setitem(train_adapt.RECIPE, "pooling", "mean_wmean")
+    adata = cells()
+    bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "ck")
+    assert load_checkpoint(tmp_path / "ck").config.pooling == "mean_wmean"
+    assert adata.uns["biomjepa"]["params"]["pooling"] == "mean_wmean"
+    later = adata.copy()
+    bj.tl.embed(later, checkpoint=str(tmp_path / "ck"))
+    np.testing.assert_array_equal(later.obsm["X_biomjepa"], adata.obsm["X_biomjepa"])
+
+
 def test_cells_without_a_mapped_gene_are_refused_before_training(tmp_path, base, monkeypatch):
     import biomjepa.train.adapt as train_adapt
 

@@ -38,9 +38,10 @@ __all__ = ["adapt_encoder"]
 #: Chosen on validation tissues only (benchmarks/results/adapt_curve_validation.csv: sorted PBMCs, Darmanis
 #: brain): keeping the gene embeddings, lr 3e-3 and the EMA teacher was the one recipe above the base's
 #: zero-shot F1 and Leiden ARI on both; re-initialising them (pca) won on brain but fell below zero-shot on PBMCs.
-#: ``teacher_genes``: the teacher's gene budget per cell (the ``mini`` preset's 512; the step's cost grows with it).
+#: ``teacher_genes``: the teacher's gene budget per cell (the ``mini`` preset's 512; the step's cost grows with it);
+#: ``pooling``: the exported readout (:data:`biomjepa.nn.pooling.POOLINGS`; ``None``: the base checkpoint's).
 RECIPE = {"gene_init": "checkpoint", "lr": 3e-3, "warmup_steps": 50, "batch_size": 64, "encoder": "teacher",
-          "momentum_start": 0.996, "momentum_end": 0.9997, "teacher_genes": 512}
+          "momentum_start": 0.996, "momentum_end": 0.9997, "teacher_genes": 512, "pooling": None}
 
 
 def adapt_encoder(
@@ -208,13 +209,13 @@ def _export(state: dict, work: Path, out: Path, which: str, record: dict, readou
     provenance = {"source": "biomjepa.tl.adapt", "adapt": record}
     raw, ckpt = work / "unstandardized", work / "checkpoint"
     t = time.perf_counter()
-    export(state, raw, which=which, provenance=provenance)
+    export(state, raw, which=which, pooling=record["recipe"]["pooling"], provenance=provenance)
     exported = time.perf_counter() - t
     t = time.perf_counter()
     readout = readout_of(raw)
     record["phases"]["readout"] = round(time.perf_counter() - t, 2)
     t = time.perf_counter()
-    export(state, ckpt, which=which, readout=readout, provenance=provenance)
+    export(state, ckpt, which=which, pooling=record["recipe"]["pooling"], readout=readout, provenance=provenance)
     os.replace(ckpt, out)
     record["phases"]["export"] = round(exported + time.perf_counter() - t, 2)
 
