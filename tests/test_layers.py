@@ -29,6 +29,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "datasets": BASE | ANNDATA,
     "_data": set(), "configs": set(),  # bundled files (an __init__.py so importlib.resources finds them)
     "cli": BASE | {"data", "nn", "model", "_pretrained", "train", "pp", "tl", "pl", "bench", "embed", "datasets"} | ANNDATA,
+    "__main__": {"cli"},  # ``python -m biomjepa``: the command line, nothing else
 }
 #: ``python -m biomjepa.train`` / ``python -m biomjepa.embed`` are two-line shims into the command line
 SHIMS = {"train/__main__.py", "embed/__main__.py"}

@@ -325,7 +325,7 @@ def _reaches_any(path: Path, prefixes: tuple[str, ...]) -> bool:
 
 # --------------------------------------------------------------------------- command lines
 #: the ``python -m`` shims: they import their command from ``biomjepa.cli`` and pass its exit code on
-CLI_SHIMS = {"train/__main__.py", "embed/__main__.py"}
+CLI_SHIMS = {"train/__main__.py", "embed/__main__.py", "__main__.py"}
 
 
 def _cli_offences(path: Path, rel: str) -> list[str]:

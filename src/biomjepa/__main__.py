@@ -1,6 +1,5 @@
-"""``python -m biomjepa``: the ``biomjepa`` command (:func:`biomjepa.cli.main`), for where its script is not on PATH."""
-
-from .cli import main
+"""``python -m biomjepa ...``: the ``biomjepa`` command, for where its script is not on PATH."""
+from biomjepa.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())
