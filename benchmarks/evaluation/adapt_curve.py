@@ -17,7 +17,7 @@ brain rows of ``adapt_curve_validation.csv`` predate it and read them as UMI cou
 the recipe chosen on the validation rows. Three steps, so the training can run where a GPU is::
 
     python benchmarks/evaluation/adapt_curve.py prepare DIR --sets validation   # shards, labels, PCA-50 rows
-    python benchmarks/evaluation/adapt_curve.py train DIR --recipes keep,keep_lr3e-3,pca [--device cuda]
+    python benchmarks/evaluation/adapt_curve.py train DIR --recipes keep,keep_lr3e-3,pca [--device cuda] [--jobs 2]
     python benchmarks/evaluation/adapt_curve.py score DIR --csv adapt_curve_validation.csv
 
 ``train`` needs only torch and the training code (no anndata); it runs every (set, recipe) in its own
@@ -104,15 +104,23 @@ def prepare(root: Path, names: list[str]) -> None:
         print(f"{name}: {len(rows)} cells, {len(set(labels))} types", flush=True)
 
 
-def train(root: Path, recipes: list[str], steps: int, every: int, device: str, seed: int) -> None:
-    """Every (set, recipe) in its own process (one CPU thread each), all at once."""
-    procs = []
-    for d in sorted(p for p in root.iterdir() if (p / "cells.npz").is_file()):
-        for r in recipes:
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+def train(root: Path, recipes: list[str], steps: int, every: int, device: str, seed: int, jobs: int | None = None) -> None:
+    """Every (set, recipe) in its own process (one CPU thread each), at most ``jobs`` at a time (default: all)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    todo = [(d, r) for d in sorted(p for p in root.iterdir() if (p / "cells.npz").is_file()) for r in recipes]
+    running, bad = [], []
+    while todo or running:
+        while todo and len(running) < (jobs or len(todo) + len(running)):
+            d, r = todo.pop(0)
             cmd = [sys.executable, str(Path(__file__).resolve()), "_one", str(d), r, str(steps), str(every), device, str(seed)]
-            procs.append((d.name, r, subprocess.Popen(cmd, env=env)))
-    bad = [(s, r) for s, r, p in procs if p.wait() != 0]
+            running.append((d.name, r, subprocess.Popen(cmd, env=env)))
+        done = next(((s, r, q) for s, r, q in running if q.poll() is not None), None)
+        if done is None:
+            time.sleep(1)
+            continue
+        running.remove(done)
+        if done[2].returncode != 0:
+            bad.append(done[:2])
     if bad:
         raise SystemExit(f"runs failed: {bad}")
 
@@ -267,6 +275,7 @@ def main() -> None:
     t.add_argument("--every", type=int, default=50)
     t.add_argument("--device", default="auto")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--jobs", type=int, default=None, help="runs at a time (default: all at once; on a CPU: its cores)")
     s = sub.add_parser("score")
     s.add_argument("root", type=Path)
     s.add_argument("--csv", default="adapt_curve_validation.csv")
@@ -279,7 +288,7 @@ def main() -> None:
     if args.cmd == "prepare":
         prepare(args.root, list(SETS[args.sets]))
     elif args.cmd == "train":
-        train(args.root, args.recipes.split(","), args.steps, args.every, args.device, args.seed)
+        train(args.root, args.recipes.split(","), args.steps, args.every, args.device, args.seed, args.jobs)
     elif args.cmd == "score":
         score(args.root, args.csv)
     elif args.cmd == "cpu-time":
