@@ -25,6 +25,12 @@ pytestmark = pytest.mark.filterwarnings("ignore:The input measures only:UserWarn
 N, G = 240, 400
 
 
+@pytest.fixture(autouse=True)
+def own_cachedir(tmp_path_factory, monkeypatch):
+    """Each test's cache (adapt keeps gene graphs there): never the user's, and no graph from another test."""
+    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path_factory.mktemp("cache"))
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> str:
     torch.manual_seed(0)
@@ -182,6 +188,26 @@ def test_one_seed_one_result_on_one_thread(tmp_path, base):
     ra, rb, rc = (x.uns["biomjepa"]["adapt"] for x in (a, b, c))
     assert ra["weights_sha256"] == rb["weights_sha256"] != rc["weights_sha256"]
     np.testing.assert_array_equal(a.obsm["X_biomjepa"], b.obsm["X_biomjepa"])
+    # the second run read the first one's gene graph from the cache: the same result, without building it
+    assert (ra["graph"], rb["graph"], rc["graph"]) == ("built", "cached", "built")
+
+
+def test_the_graph_cache_keeps_the_newest_and_survives_an_unwritable_cache(tmp_path, base, monkeypatch):
+    import biomjepa.train.adapt as train_adapt
+
+    monkeypatch.setattr(train_adapt, "GRAPH_CACHE_KEEP", 1)
+    for seed in (1, 2):
+        bj.tl.adapt(cells(), base, steps=2, out_dir=tmp_path / f"s{seed}", seed=seed)
+    kept = list((bj.settings.cachedir / train_adapt.GRAPH_CACHE).iterdir())
+    assert len(kept) == 1 and not kept[0].name.startswith(".")
+    adata = cells()
+    bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "again", seed=2)
+    assert adata.uns["biomjepa"]["adapt"]["graph"] == "cached"
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "file" / "cache")  # under a file: cannot be made
+    adata = cells()
+    bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "uncached", seed=3)
+    assert adata.uns["biomjepa"]["adapt"]["graph"] == "built"
 
 
 def test_backed_input_is_read_in_chunks_and_gives_the_same_result(tmp_path, base, monkeypatch):
