@@ -77,7 +77,10 @@ class BiomJEPA(nn.Module):
     def forward(self, batch: Batch) -> torch.Tensor:
         """Cell embeddings ``[B, 2D]`` with the checkpoint's readout (``config.pooling``), standardized
         by the checkpoint's fixed feature statistics when it records them."""
-        z = pool(self.hidden(batch), batch.gene_mask, batch.values, self.config.pooling)
+        return self.map_readout(pool(self.hidden(batch), batch.gene_mask, batch.values, self.config.pooling))
+
+    def map_readout(self, z: torch.Tensor) -> torch.Tensor:
+        """Pooled readouts ``[B, 2D]`` mapped by the checkpoint's fixed feature statistics (``z`` itself without them)."""
         if self.feature_mean is None:
             return z
         z = (z.float() - self.feature_mean) / self.feature_scale

@@ -303,11 +303,12 @@ def _embed_unstandardized(source, layer, token, encoder_dir: Path) -> dict:
     return {"Z": Z, "n_genes": n_genes, "device": dev, "precision": precision, "batch_size": bs, "readout": readout}
 
 
-def _standardized(Z: np.ndarray, readout: dict) -> np.ndarray:
-    """``Z`` mapped by a ``readout`` record as :class:`~biomjepa.model.BiomJEPA` maps its pooled output: the same
-    float32 operations, so the result equals a later ``bj.tl.embed`` with the checkpoint bit for bit."""
-    mean, scale = np.asarray(readout["mean"], np.float32), np.asarray(readout["scale"], np.float32)
-    return (Z - mean) / scale
+def _mapped(model, Z: np.ndarray) -> np.ndarray:
+    """``Z`` (unmapped readouts) through the adapted checkpoint's own map, as its ``forward`` applies it."""
+    import torch
+
+    with torch.inference_mode():
+        return model.map_readout(torch.from_numpy(Z)).numpy()
 
 
 def _scratch(out: Path) -> str:
@@ -352,7 +353,7 @@ def _write(adata, target, source, record: dict, cells: dict, *, mapped: bool, la
         model = load_model(record["path"])
         params = _params(model, cells["device"], "raw.X" if use_raw else layer, cells["batch_size"], cells["n_genes"],
                          cells["precision"])
-        store(adata, target, mod, key_added, uns_key, _standardized(cells["Z"], model.readout),
+        store(adata, target, mod, key_added, uns_key, _mapped(model, cells["Z"]),
               params | input_params(source, input, library_size_key))
         target.uns[uns_key]["adapt"] = {"checkpoint": record["path"], **{k: v for k, v in record.items() if k != "path"}}
     except BaseException:
