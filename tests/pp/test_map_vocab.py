@@ -72,13 +72,29 @@ def test_entrez():
 def test_mixed_and_duplicates_count_fraction():
     X = np.array([[1, 2, 3, 4, 10], [1, 0, 3, 0, 0]], dtype=np.float32)
     a = make(["TP53", "ENSG00000141510", "GAPDH", "ACTB", "NOTAGENE"], X=X)
-    bj.pp.map_vocab(a)
+    with pytest.warns(UserWarning, match="2 of the 4 mapped genes share a vocabulary token"):
+        bj.pp.map_vocab(a)  # half the genes on one token is not the usual alias pair in a transcriptome
     r = report(a)
     assert a.var["biomjepa_token"].tolist() == [*idx("TP53", "TP53", "GAPDH", "ACTB"), -1]
     assert r["id_type"] == "mixed"
     assert (r["n_matched"], r["n_tokens"], r["n_duplicate_tokens"]) == (4, 3, 1)
     assert r["duplicate_examples"] == ["TP53: TP53, ENSG00000141510"]
     assert r["count_fraction"] == pytest.approx(14 / 24)  # both TP53 vars count
+
+
+def test_duplicated_genes_warn_by_share(caplog):
+    """The same genes twice (concatenated along var) warn; one alias pair among 60 genes is only logged."""
+    twice = make(symbols(30) * 2)
+    with pytest.warns(UserWarning, match=r"60 of the 60 mapped genes share .*concatenating along var"):
+        bj.pp.map_vocab(twice)
+    assert report(twice)["n_duplicate_vars"] == 60 and report(twice)["n_duplicate_tokens"] == 30
+    one_pair = make([*symbols(59), symbols(1)[0]])
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO, logger="biomjepa"):
+        warnings.simplefilter("always")
+        bj.pp.map_vocab(one_pair)
+    assert not [w for w in caught if "share a vocabulary token" in str(w.message)]
+    assert report(one_pair)["n_duplicate_vars"] == 2
+    assert "1 tokens are hit by several genes" in caplog.text
 
 
 def test_gene_key_and_key_added():

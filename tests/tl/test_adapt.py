@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import warnings
 from pathlib import Path
 
 import anndata as ad
@@ -229,6 +230,19 @@ def test_copy_and_key_added(tmp_path, base):
     out = bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "ck", copy=True, key_added="X_adapted")
     assert "X_adapted" not in adata.obsm and "biomjepa_token" not in adata.var
     assert out.obsm["X_adapted"].shape == (N, 64) and out.uns["X_adapted"]["adapt"]["steps_done"] == 2
+
+
+def test_a_view_is_made_its_own_anndata_before_training_with_one_warning(tmp_path, base):
+    parent = cells(N + 10)
+    view = parent[5 : N + 5]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bj.tl.adapt(view, base, steps=2, out_dir=tmp_path / "ck")
+    views = [w for w in caught if "is a view" in str(w.message)]
+    assert len(views) == 1 and views[0].filename == __file__
+    assert not any("view" in type(w.message).__name__.lower() or "of view" in str(w.message) for w in caught)
+    assert not view.is_view and view.obsm["X_biomjepa"].shape == (N, 64)
+    assert "X_biomjepa" not in parent.obsm and "biomjepa_token" not in parent.var
 
 
 def test_counts_in_raw_or_a_layer_or_log_normalized(tmp_path, base):

@@ -32,6 +32,23 @@ def test_embed_writes_documented_keys_only(mapped, tiny_checkpoint):
     assert mapped.obs.equals(before_obs) and mapped.var.equals(before_var)
 
 
+def test_a_view_is_made_its_own_anndata_before_the_work_with_one_warning(mapped, tiny_checkpoint):
+    parent_obsm = set(mapped.obsm)
+    view = mapped[10:40]
+    with pytest.raises(ValueError, match="batch_size"):  # a refused call leaves the view a view
+        bj.tl.embed(view, checkpoint=tiny_checkpoint, batch_size=0)
+    assert view.is_view
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bj.tl.embed(view, checkpoint=tiny_checkpoint)
+    assert [str(w.message)[:40] for w in caught] == ["`adata` is a view (a subset of another A"]
+    assert caught[0].filename == __file__  # points at the user's line
+    assert not view.is_view and set(mapped.obsm) == parent_obsm  # the parent is unchanged
+    own = mapped[10:40].copy()
+    bj.tl.embed(own, checkpoint=tiny_checkpoint)
+    np.testing.assert_array_equal(view.obsm["X_biomjepa"], own.obsm["X_biomjepa"])
+
+
 def test_batch_size_and_order_invariance(mapped, tiny_checkpoint):
     outs = []
     for bs in (1, 7, 64):

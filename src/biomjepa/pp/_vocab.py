@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOW_COUNT_FRACTION = 0.5
+DUPLICATE_SHARE = 0.05  # above this share of mapped genes sharing a token, map_vocab warns
 ROW_CHUNK = 8192
 
 
@@ -99,7 +100,8 @@ def map_vocab(
         ``X``/``layer`` on mapped vars; NaN when there are no counts or non-finite values); ``id_type`` (``"symbol"``,
         ``"ensembl"``, ``"entrez"``, ``"numeric"`` (all-digit, unmapped) or ``"mixed"``);
         ``n_numeric_unmapped`` (all-digit names left unmapped); ``species``; ``n_duplicate_tokens`` (tokens hit
-        by several vars) and ``duplicate_examples``; ``unmapped_examples`` (≤ 10 names);
+        by several vars), ``n_duplicate_vars`` (vars on such tokens; a warning when above 5 % of the mapped
+        vars) and ``duplicate_examples``; ``unmapped_examples`` (≤ 10 names);
         ``vocab_hash``; ``methods`` (vars mapped per rule: official, alias, case (case-insensitive),
         ensembl, entrez, ortholog); ``n_case_ambiguous`` (names whose case-insensitive form fits several
         symbols, left unmapped); ``n_suffixed_unmapped`` and ``suffixed_examples`` (``TP53-1``-style names
@@ -165,6 +167,7 @@ def _report(adata, names: pd.Series, res: Resolution, *, layer: str | None, spec
         "n_numeric_unmapped": int((res.kind == "numeric").sum()),
         "species": species,
         "n_duplicate_tokens": len(dup_tokens),
+        "n_duplicate_vars": int(hits[dup_tokens].sum()),
         "duplicate_examples": dup_examples,
         "unmapped_examples": [str(u) for u in unmapped],
         "vocab_hash": vocab.hash,
@@ -193,12 +196,7 @@ def _log_report(report: dict, *, mouse_like: bool = False) -> None:
         report["methods"],
     )
     if report["n_duplicate_tokens"]:
-        logger.info(
-            "map_vocab: %d tokens are hit by several genes; their counts are summed by the tokenizer "
-            "(e.g. %s)",
-            report["n_duplicate_tokens"],
-            "; ".join(report["duplicate_examples"][:3]),
-        )
+        _log_duplicates(report)
     _warn_case_and_suffixes(report, mouse_like)
     if report["n_numeric_unmapped"]:
         warnings.warn(
@@ -215,6 +213,27 @@ def _log_report(report: dict, *, mouse_like: bool = False) -> None:
             "embeddings may be poor. Check gene identifiers (gene_key=, species=).",
             UserWarning,
             stacklevel=3,
+        )
+
+
+def _log_duplicates(report: dict) -> None:
+    """A few genes sharing a token is normal (aliases, probes); a large share means the names are not genes."""
+    n_dup, n_matched = report.get("n_duplicate_vars", 0), report["n_matched"]
+    examples = "; ".join(report["duplicate_examples"][:3])
+    if n_dup > DUPLICATE_SHARE * n_matched:
+        warnings.warn(
+            f"{n_dup} of the {n_matched} mapped genes share a vocabulary token with another gene "
+            f"({report['n_duplicate_tokens']} tokens, e.g. {examples}); the tokenizer sums their counts. "
+            "This is unusual: check that the genes do not appear twice (e.g. after concatenating along var) and that "
+            "gene_key= names a column of gene symbols or ids, not a category.",
+            UserWarning,
+            stacklevel=4,
+        )
+    else:
+        logger.info(
+            "map_vocab: %d tokens are hit by several genes; their counts are summed by the tokenizer (e.g. %s)",
+            report["n_duplicate_tokens"],
+            examples,
         )
 
 

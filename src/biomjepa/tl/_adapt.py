@@ -27,7 +27,7 @@ import numpy as np
 from .._docs import doc_params
 from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY, embedding_keys, uns_key_of
 from .._settings import settings
-from ._utils import check_copy
+from ._utils import actual_if_view, check_copy
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -149,6 +149,9 @@ def adapt(
     base = str(checkpoint if checkpoint is not None else settings.checkpoint)
     mapped_at = time.perf_counter()
     _check_base(base)
+    if actual_if_view(adata, "bj.tl.adapt"):  # after the checks, so a refused call leaves the view as it was
+        target = get_modality(adata, mod)
+        source = counts_view(target, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
     phases = {"map": round(mapped_at - t0, 2), "base": round(time.perf_counter() - mapped_at, 2)}
     with sigterm_interrupts("bj.tl.adapt stopped by SIGTERM; nothing was written."), _claimed(out_dir) as out:
         try:

@@ -12,7 +12,7 @@ from .._keys import TOKEN_KEY, embedding_keys
 from .._settings import settings
 from ..data.anndata_source import write_joint_obsm
 from ..data.stream import iter_tokenized
-from ._utils import check_batch_size, check_copy, input_params, mapped_source
+from ._utils import actual_if_view, check_batch_size, check_copy, input_params, mapped_source
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -101,6 +101,9 @@ def embed(
         raise ValueError("adata has no cells to embed.")
     dev = resolve_device(device)
     model = load_model(checkpoint)
+    if actual_if_view(adata, "bj.tl.embed"):  # after the checks, so a refused call leaves the view as it was
+        target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, input=input,
+                                       library_size_key=library_size_key, token_key=TOKEN_KEY)
     precision = resolve_precision(None, dev)
     Z, n_genes = _embed_adata(model, source, layer=layer, batch_size=bs, device=dev, precision=precision)
     params = _params(model, dev, "raw.X" if use_raw else layer, bs, n_genes, precision)

@@ -39,6 +39,28 @@ def check_copy(adata, copy: bool) -> None:
         )
 
 
+def actual_if_view(adata, tool: str) -> bool:
+    """Make an in-memory view an AnnData of its own now, before the work, with one warning saying so.
+
+    anndata would do the same at the first write, after minutes of work, with its own
+    ``ImplicitModificationWarning`` (scanpy's tools behave so). The parent AnnData is unchanged; the values are the
+    same. Returns whether ``adata`` was a view (the caller then re-reads what it took from it).
+    """
+    from anndata import AnnData
+
+    if not (isinstance(adata, AnnData) and adata.is_view and not adata.isbacked):
+        return False
+    warnings.warn(
+        f"`adata` is a view (a subset of another AnnData): {tool} writes its results into it, so it is made an "
+        "AnnData of its own now (the parent AnnData is unchanged), as scanpy's tools do. Pass `adata[mask].copy()` "
+        "to keep this warning away.",
+        UserWarning,
+        stacklevel=3,
+    )
+    adata._init_as_actual(adata.copy())  # what anndata (and scanpy's view_to_actual) do on a write into a view
+    return True
+
+
 def mapped_modality(adata, mod: str | None, token_key: str = TOKEN_KEY):
     """The AnnData a tool reads (``adata`` or a MuData modality), checked for ``bj.pp.map_vocab``'s column.
 
