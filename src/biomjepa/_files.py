@@ -243,14 +243,9 @@ def lock(path: str | os.PathLike, *, shared: bool = False, what: str, fix: str) 
     if fcntl is None:  # pragma: no cover - Windows
         return Lock(key, shared)
     if held is None:
-        fd = _open(path)
+        fd = _locked_fd(path, shared, what, fix)
         if fd is None:
             return Lock(key, shared)
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise LockBusy(_busy_message(path, what, fix)) from None
         held = _HELD[key] = _Held(fd, os.getpid())
     elif not shared and not held.exclusive:  # this process reads it: upgrade, if no other process does
         try:
@@ -264,6 +259,28 @@ def lock(path: str | os.PathLike, *, shared: bool = False, what: str, fix: str) 
         held.exclusive += 1
         _write_record(held.fd)
     return Lock(key, shared)
+
+
+def _locked_fd(path: Path, shared: bool, what: str, fix: str, tries: int = 5) -> int | None:
+    """A descriptor holding the flock on the file now at ``path``. A holder that removes the lock file before it
+    releases the lock (adapt's, beside ``out_dir``) lets a waiter lock the removed file: the inode is compared after
+    locking, and the lock taken again on the file that is there."""
+    for _ in range(tries):
+        fd = _open(path)
+        if fd is None:
+            return None
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LockBusy(_busy_message(path, what, fix)) from None
+        try:
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the file was removed (or replaced) between our open and our lock: lock the one there now
+    raise LockBusy(_busy_message(path, what, fix))
 
 
 def _open(path: Path) -> int | None:

@@ -132,6 +132,78 @@ def test_cells_without_a_mapped_gene_are_refused_before_training(tmp_path, base,
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("where", ["raw", "lognorm"])
+def test_cells_without_a_mapped_gene_are_named_when_the_counts_are_read_through_a_wrapper(tmp_path, base,
+                                                                                          monkeypatch, where):
+    import biomjepa.train.adapt as train_adapt
+
+    ref = cells(205)
+    X = sparse.hstack([ref.X, np.ones((205, 1), np.float32)]).tolil()
+    X[:3, :G] = 0  # three cells count only a gene outside the vocabulary
+    adata = ad.AnnData(X.tocsr(), obs=ref.obs, var=pd.DataFrame(index=[*ref.var_names, "NOT_A_GENE_X"]))
+    kw = {"use_raw": True} if where == "raw" else {"input": "lognorm", "library_size_key": "n_counts"}
+    if where == "raw":
+        adata.raw = adata.copy()
+    else:
+        adata.obs["n_counts"] = np.asarray(adata.X.sum(1)).ravel()
+        adata.X = adata.X.multiply(1e4 / adata.obs["n_counts"].to_numpy()[:, None]).tocsr().log1p()
+    monkeypatch.setattr(train_adapt, "adapt_encoder", lambda *a, **k: pytest.fail("trained"))
+    with pytest.raises(ValueError, match=r"3 of the 205 cells have no counts in any mapped gene \(c0, c1, c2\)"):
+        bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "ck", **kw)
+
+
+def test_files_another_writer_puts_in_out_dir_are_never_removed(tmp_path, base, monkeypatch):
+    import biomjepa.train.adapt as train_adapt
+
+    original = train_adapt.adapt_encoder
+
+    def meanwhile(cells_path, out, **kw):
+        (out / "theirs.txt").write_text("not adapt's")  # written into the claimed, empty out_dir during training
+        return original(cells_path, out, **kw)
+
+    monkeypatch.setattr(train_adapt, "adapt_encoder", meanwhile)
+    (tmp_path / "ck").mkdir()
+    with pytest.raises(OSError):
+        bj.tl.adapt(cells(), base, steps=2, out_dir=tmp_path / "ck")
+    assert [p.name for p in (tmp_path / "ck").iterdir()] == ["theirs.txt"]
+
+
+def test_a_second_adapt_on_the_same_out_dir_in_another_thread_is_refused(tmp_path, base, monkeypatch):
+    import threading
+
+    import biomjepa.train.adapt as train_adapt
+
+    original, inside, leave = train_adapt.adapt_encoder, threading.Event(), threading.Event()
+
+    def slow(*a, **k):
+        inside.set()
+        leave.wait(60)
+        return original(*a, **k)
+
+    monkeypatch.setattr(train_adapt, "adapt_encoder", slow)
+    first = threading.Thread(target=bj.tl.adapt, args=(cells(), base), kwargs={"steps": 2, "out_dir": tmp_path / "ck"})
+    first.start()
+    try:
+        assert inside.wait(60)
+        second = cells()
+        with pytest.raises(RuntimeError, match=r"another bj\.tl\.adapt of this process"):
+            bj.tl.adapt(second, base, steps=2, out_dir=tmp_path / "ck")
+        assert "X_biomjepa" not in second.obsm
+    finally:
+        leave.set()
+        first.join()
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["SHA256SUMS", "config.json", "model.safetensors"]
+
+
+def test_a_view_refused_for_its_out_dir_stays_a_view(tmp_path, base):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "mine.txt").write_text("x")
+    view = cells(N + 10)[5 : N + 5]
+    with pytest.raises(FileExistsError, match="not an empty directory"):
+        bj.tl.adapt(view, base, steps=2, out_dir=tmp_path / "ck")
+    assert view.is_view
+
+
 def test_a_symlinked_out_dir_receives_the_checkpoint(tmp_path, base):
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")

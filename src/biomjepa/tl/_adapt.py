@@ -18,6 +18,7 @@ import numbers
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -36,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 #: fewest cells (with a mapped gene) adapt trains on: below it, a few dozen 64-cell batches repeat the same cells
 MIN_CELLS = 200
+_CLAIMED: set[str] = set()  # out_dirs this process is writing (bj.tl.adapt in several threads)
+_CLAIMED_GUARD = threading.Lock()
 #: default steps: this many passes over the cells in 64-cell batches, within [MIN_STEPS, MAX_STEPS]; on the
 #: validation tissues F1 still rose from step 300 to 400 of a 400-step run (1,072 and 420 cells)
 EPOCHS, MIN_STEPS, MAX_STEPS = 24, 300, 1000
@@ -148,21 +151,26 @@ def adapt(
     token, mapped = _tokens(source, species)
     base = str(checkpoint if checkpoint is not None else settings.checkpoint)
     mapped_at = time.perf_counter()
-    _check_base(base)
-    if actual_if_view(adata, "bj.tl.adapt"):  # after the checks, so a refused call leaves the view as it was
-        target = get_modality(adata, mod)
-        source = counts_view(target, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
-    phases = {"map": round(mapped_at - t0, 2), "base": round(time.perf_counter() - mapped_at, 2)}
-    with sigterm_interrupts("bj.tl.adapt stopped by SIGTERM; nothing was written."), _claimed(out_dir) as out:
-        try:
-            record, cells = _train(source, layer, token, base, out, steps, seed, time_budget, t0, phases)
-            t = time.perf_counter()
-            _write(adata, target, source, record, cells, mapped=mapped, layer=layer, use_raw=use_raw, input=input,
-                   library_size_key=library_size_key, species=species, mod=mod, key_added=key_added)
-            target.uns[uns_key_of(key_added)]["adapt"]["phases"]["write"] = round(time.perf_counter() - t, 2)
-        except BaseException:
-            _discard(out, made=out_dir is None)
-            raise
+    with sigterm_interrupts("bj.tl.adapt stopped by SIGTERM; nothing was written."):
+        _check_base(base)  # may download: a stop there still removes the partial files
+        phases = {"map": round(mapped_at - t0, 2), "base": round(time.perf_counter() - mapped_at, 2)}
+        with _claimed(out_dir) as out:
+            placed = False  # whether out holds this call's checkpoint (only then is it removed on an error)
+            try:
+                if actual_if_view(adata, "bj.tl.adapt"):  # after the argument, input and out_dir checks
+                    target = get_modality(adata, mod)
+                    source = counts_view(target, layer=layer, use_raw=use_raw, input=input,
+                                         library_size_key=library_size_key)
+                record, cells = _train(source, target.obs_names, layer, token, base, out, steps, seed, time_budget,
+                                       t0, phases)
+                placed = True
+                t = time.perf_counter()
+                _write(adata, target, source, record, cells, mapped=mapped, layer=layer, use_raw=use_raw,
+                       input=input, library_size_key=library_size_key, species=species, mod=mod, key_added=key_added)
+                target.uns[uns_key_of(key_added)]["adapt"]["phases"]["write"] = round(time.perf_counter() - t, 2)
+            except BaseException:
+                _discard(out, made=out_dir is None, placed=placed)
+                raise
     return adata if copy else None
 
 
@@ -211,7 +219,7 @@ def _claimed(out_dir):
     A symlink is followed (the checkpoint goes where it points). The lock is a hidden file beside the directory,
     removed when the call ends.
     """
-    from .._files import lock
+    from .._files import LockBusy, lock
 
     if out_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -224,8 +232,12 @@ def _claimed(out_dir):
                              "directory, e.g. out_dir='adapted'.")
         _mkdir(out.parent, "out_dir")
     path = out.parent / f".{out.name}.adapt.lock"
-    held = lock(path, what=f"out_dir={str(out)!r}", fix="Another bj.tl.adapt is writing its checkpoint there: "
-                "wait for it to finish, or give another out_dir.")
+    fix = "Another bj.tl.adapt is writing its checkpoint there: wait for it to finish, or give another out_dir."
+    with _CLAIMED_GUARD:  # the file lock is re-entrant within a process: two threads are told apart here
+        if str(out) in _CLAIMED:
+            raise LockBusy(f"out_dir={str(out)!r} is being written by another bj.tl.adapt of this process. {fix}")
+        held = lock(path, what=f"out_dir={str(out)!r}", fix=fix)
+        _CLAIMED.add(str(out))
     try:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             what = "a file" if not out.is_dir() else "not an empty directory"
@@ -234,8 +246,10 @@ def _claimed(out_dir):
         yield out
     finally:
         with contextlib.suppress(OSError):
-            path.unlink()
+            path.unlink()  # a waiter that opened it before checks the inode after locking (biomjepa._files.lock)
         held.release()
+        with _CLAIMED_GUARD:
+            _CLAIMED.discard(str(out))
 
 
 def _mkdir(path: Path, name: str) -> Path:
@@ -251,13 +265,14 @@ def _mkdir(path: Path, name: str) -> Path:
     return path
 
 
-def _discard(out: Path, *, made: bool) -> None:
-    """Remove what this call put at ``out`` (the checkpoint, or the empty default directory made for it)."""
-    if out.is_dir() and (made or any(out.iterdir())):
+def _discard(out: Path, *, made: bool, placed: bool) -> None:
+    """Remove what this call put at ``out``: the default directory it made, or the checkpoint it ``placed`` there.
+    Whatever else is there (another writer's files) stays: ``out`` was empty when claimed, and is not ours."""
+    if out.is_dir() and (made or placed):
         shutil.rmtree(out, ignore_errors=True)
 
 
-def _train(source, layer, token, base: str, out: Path, steps, seed: int, time_budget, t0: float,
+def _train(source, obs_names, layer, token, base: str, out: Path, steps, seed: int, time_budget, t0: float,
            phases: dict) -> tuple[dict, dict]:
     """Write the cells as a shard in a scratch directory beside ``out``, adapt, embed the cells with the adapted
     encoder, and remove the scratch; ``(record, embedded cells)`` (:func:`_embed_unstandardized`)."""
@@ -275,7 +290,7 @@ def _train(source, layer, token, base: str, out: Path, steps, seed: int, time_bu
         t = time.perf_counter()
         rows = write_shard(source, work / "cells.npz", layer=layer, token=token)
         phases["shard"] = round(time.perf_counter() - t, 2)
-        _check_all_mapped(source, rows)
+        _check_all_mapped(obs_names, rows)
         steps = default_steps(len(rows)) if steps is None else int(steps)
         logger.info("adapt: %d cells, %d steps from %s", len(rows), steps, base)
         record = adapt_encoder(work / "cells.npz", out, init_from=base, steps=steps, seed=seed,
@@ -323,13 +338,14 @@ def _scratch(out: Path) -> str:
                               "write to.") from None
 
 
-def _check_all_mapped(source, rows: np.ndarray) -> None:
-    """Refuse, before training, cells without counts in a mapped gene (``tl.embed`` could not embed them)."""
-    n = source.n_obs
+def _check_all_mapped(obs_names, rows: np.ndarray) -> None:
+    """Refuse, before training, cells without counts in a mapped gene (``tl.embed`` could not embed them); the
+    names are the AnnData's (the counts may be read through a wrapper: ``.raw``, log-normalized, reads)."""
+    n = len(obs_names)
     if len(rows) == n:
         return
     missing = np.setdiff1d(np.arange(n), rows)
-    names = ", ".join(map(str, source.obs_names[missing[:5]])) + (", …" if len(missing) > 5 else "")
+    names = ", ".join(map(str, obs_names[missing[:5]])) + (", …" if len(missing) > 5 else "")
     raise ValueError(
         f"{len(missing)} of the {n} cells have no counts in any mapped gene ({names}): they cannot be embedded, so "
         "nothing was trained. Drop them first, e.g. `adata = adata[np.asarray(adata[:, adata.var['biomjepa_token'] "
