@@ -276,6 +276,14 @@ def test_the_graph_cache_keeps_the_newest_and_survives_an_unwritable_cache(tmp_p
     adata = cells()
     bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "again", seed=2)
     assert adata.uns["biomjepa"]["adapt"]["graph"] == "cached"
+    import biomjepa._version
+
+    monkeypatch.setattr(biomjepa._version, "__version__", "99.0")  # another release builds its own graph
+    adata = cells()
+    bj.tl.adapt(adata, base, steps=2, out_dir=tmp_path / "upgraded", seed=2)
+    assert adata.uns["biomjepa"]["adapt"]["graph"] == "built"
+    bj.tl.embed(adata, checkpoint=base)  # the base embedding replaces the adapted one: adapt's record goes with it
+    assert "adapt" not in adata.uns["biomjepa"] and adata.uns["biomjepa"]["params"]["checkpoint"]
     (tmp_path / "file").write_text("")
     monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "file" / "cache")  # under a file: cannot be made
     adata = cells()

@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 #: fewest cells (with a mapped gene) adapt trains on: below it, a few dozen 64-cell batches repeat the same cells
 MIN_CELLS = 200
+MAP_ROWS = 8192  # rows mapped at a time by the adapted checkpoint's readout map
 _CLAIMED: set[str] = set()  # out_dirs this process is writing (bj.tl.adapt in several threads)
 _CLAIMED_GUARD = threading.Lock()
 #: default steps: this many passes over the cells in 64-cell batches, within [MIN_STEPS, MAX_STEPS]; on the
@@ -325,8 +326,11 @@ def _mapped(model, Z: np.ndarray) -> np.ndarray:
     """``Z`` (unmapped readouts) through the adapted checkpoint's own map, as its ``forward`` applies it."""
     import torch
 
-    with torch.inference_mode():
-        return model.map_readout(torch.from_numpy(Z)).numpy()
+    out = np.empty_like(Z)
+    with torch.inference_mode():  # in row chunks, as tl.embed maps batch by batch: no whole-size temporaries
+        for i in range(0, len(Z), MAP_ROWS):
+            out[i : i + MAP_ROWS] = model.map_readout(torch.from_numpy(Z[i : i + MAP_ROWS])).numpy()
+    return out
 
 
 def _scratch(out: Path) -> str:

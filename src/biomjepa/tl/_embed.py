@@ -112,10 +112,15 @@ def embed(
 
 
 def store(adata, target, mod: str | None, obsm_key: str, uns_key: str, Z: np.ndarray, params: dict) -> None:
-    """Write an embedding and its record: ``target.obsm[obsm_key]`` (and the MuData's), ``uns[uns_key]["params"]``."""
+    """Write an embedding and its record: ``target.obsm[obsm_key]`` (and the MuData's), ``uns[uns_key]["params"]``.
+
+    An earlier ``bj.tl.adapt``'s record under the key (``uns[uns_key]["adapt"]``) goes: it described the embedding
+    this one replaces (adapt writes its own again after calling this)."""
     target.obsm[obsm_key] = Z
     write_joint_obsm(adata, mod, obsm_key, Z)
-    target.uns.setdefault(uns_key, {})["params"] = params
+    record = target.uns.setdefault(uns_key, {})
+    record.pop("adapt", None)
+    record["params"] = params
 
 
 def _params(model, dev, layer, batch_size, n_genes, precision: str = "fp32") -> dict:

@@ -172,6 +172,7 @@ def _graph_cache(shard: Path, cfg) -> Path:
     import numpy as np
 
     from .._settings import settings
+    from .._version import __version__
     from ..data.graph import TOP_K, graph_params
     from ..data.vocab import Vocab
 
@@ -180,7 +181,9 @@ def _graph_cache(shard: Path, cfg) -> Path:
         for key in ("data", "indices", "indptr", "totals"):
             h.update(np.ascontiguousarray(cells[key]).tobytes())
     params = graph_params(top_k=max(TOP_K, cfg.blocks.dmt_k), seed=cfg.run.seed)
-    h.update(json.dumps(params, sort_keys=True).encode() + Vocab.default().hash.encode())
+    # the package version too: a release that changes the bundled STRING table or the graph's construction must
+    # not reuse the graphs an older one built
+    h.update(json.dumps(params, sort_keys=True).encode() + Vocab.default().hash.encode() + __version__.encode())
     return settings.cachedir / GRAPH_CACHE / h.hexdigest()[:32]
 
 
