@@ -384,5 +384,5 @@ def sigterm_interrupts(message: str):
     previous = signal.signal(signal.SIGTERM, handler)
     try:
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    finally:  # None: a handler set outside Python (an embedding host), which Python cannot put back
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

@@ -303,3 +303,15 @@ def test_use_raw_and_lognorm_inputs_embed_like_the_tools(atlas_inputs, tiny_chec
     assert main([*cli, "--input", "lognorm", "--store", str(tmp_path / "--use-raw.zarr")]) == 1
     err = capsys.readouterr().err
     assert "settings.input: store has None, this run 'lognorm'" in err and "--overwrite" in err
+
+
+def test_a_store_begun_before_the_whole_checkpoint_hash_still_resumes():
+    """Its manifest's ``checkpoint_sha256`` held the weights' hash; the same weights resume, other weights do not."""
+    from biomjepa.embed.store import manifest_differences
+
+    new = {"format": 1, "checkpoint_sha256": "whole", "weights_sha256": "w", "embedding_dim": 8, "block_rows": 4,
+           "settings": {}}
+    legacy = {k: v for k, v in new.items() if k != "weights_sha256"} | {"checkpoint_sha256": "w"}
+    assert manifest_differences(legacy, new) == []
+    other = legacy | {"checkpoint_sha256": "other weights"}
+    assert manifest_differences(other, new) == ["checkpoint_sha256: store has 'other weights', this run 'whole'"]

@@ -524,6 +524,25 @@ def test_cli_adapt_refuses_a_bad_time_budget_as_a_usage_error_before_reading(tmp
         assert exit_.value.code == 2 and "--time-budget" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("raised", [KeyboardInterrupt(), KeyboardInterrupt("bj.tl.adapt stopped by SIGTERM; nothing "
+                                                                        "was written.")])
+def test_cli_adapt_stopped_says_so_once_and_keeps_a_path_named_out_dir(tmp_path, base, capsys, monkeypatch, raised):
+    from biomjepa.cli.app import main
+
+    cells().write_h5ad(tmp_path / "in.h5ad")
+
+    def stopped(*a, **k):
+        raise raised
+
+    monkeypatch.setattr(bj.tl, "adapt", stopped)
+    out = tmp_path / "out_dir"
+    code = main(["adapt", str(tmp_path / "in.h5ad"), "--out", str(out), "--checkpoint", base])
+    err = capsys.readouterr().err
+    said = "biomjepa adapt stopped by SIGTERM" if str(raised) else "adapt stopped by SIGINT"
+    assert code == (143 if str(raised) else 130)
+    assert f"{said}; no checkpoint was written to {out}." in err and "nothing was written" not in err
+
+
 def test_a_bad_base_checkpoint_is_refused_before_the_cells_are_read(tmp_path, base, monkeypatch):
     import biomjepa.data.shard_file as shard_file
 

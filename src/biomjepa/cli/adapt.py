@@ -53,7 +53,8 @@ def add_adapt_parser(subparsers) -> argparse.ArgumentParser:
 #: the library's argument names in messages -> this command's options (those of `biomjepa embed` included)
 ADAPT_FLAGS = {"`bj.tl.embed(adata, checkpoint=out_dir)`": "`biomjepa embed IN.h5ad OUT.h5ad --checkpoint DIR`",
                "`bj.tl.embed`": "`biomjepa embed`", "bj.tl.adapt": "biomjepa adapt", "^adata has ": "INPUT has ",
-               "out_dir=": "--out ", "a new out_dir": "a new --out directory", r"~\bout_dir\b": "--out",
+               "out_dir=": "--out ", "a new out_dir": "a new --out directory",
+               r"~(?<![/\w'-])out_dir(?![/'\w-]|\.\w)": "--out",  # the argument's name, not a path holding it
                "time_budget": "--time-budget", "steps must": "--steps must", **EMBED_FLAGS}
 
 
@@ -75,7 +76,8 @@ def run_adapt(args: argparse.Namespace) -> None:
                     library_size_key=args.library_size_key, species=args.species, steps=args.steps,
                     time_budget=args.time_budget, out_dir=args.out, seed=args.seed)
     except KeyboardInterrupt as err:
-        raise Stopped(f"{err or 'adapt stopped by SIGINT'}; no checkpoint was written to {args.out}.",
+        said = str(err).split(";")[0].strip() or "adapt stopped by SIGINT"  # a bare Ctrl-C says nothing
+        raise Stopped(f"{said}; no checkpoint was written to {args.out}.",
                       143 if "SIGTERM" in str(err) else 130) from None
     rec = adata.uns["biomjepa"]["adapt"]
     print(f"adapted {rec['base']['name']} on {rec['n_cells']} cells: {rec['steps_done']} steps in {rec['seconds']:.0f} s; "

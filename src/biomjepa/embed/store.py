@@ -93,7 +93,13 @@ def block_bounds(n_obs: int, block_rows: int) -> list[tuple[int, int]]:
 
 
 def manifest_differences(old: dict, new: dict) -> list[str]:
-    """Human-readable differences between the manifest of a store and that of this run."""
+    """Human-readable differences between the manifest of a store and that of this run.
+
+    A store begun before ``weights_sha256`` existed (before commit c8b9d53, 2026-11-27) holds the weights' hash as
+    ``checkpoint_sha256``: it is compared with this run's ``weights_sha256``, so such a store can still be resumed."""
+    if "weights_sha256" not in old and "weights_sha256" in new:
+        old = {**old, "checkpoint_sha256": new["checkpoint_sha256"]
+               if old.get("checkpoint_sha256") == new["weights_sha256"] else old.get("checkpoint_sha256")}
     diffs = [f"{k}: store has {old.get(k)!r}, this run {new.get(k)!r}" for k in COMPARED
              if k != "settings" and old.get(k) != new.get(k)]
     was, now = old.get("settings") or {}, new.get("settings") or {}
