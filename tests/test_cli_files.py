@@ -152,6 +152,10 @@ def test_adapt_out_under_a_file_or_in_an_unwritable_folder_is_said_in_words(tmp_
     err = capsys.readouterr().err
     assert "--out" in err and "results' (or a folder above it) is a file, not a directory" in err
     assert "[Errno" not in err and "out_dir" not in err
+    deeper = tmp_path / "results" / "sub" / "ck"  # a folder further above is the file: mkdir says ENOTDIR
+    assert main(["adapt", str(src), "--out", str(deeper), "--checkpoint", tiny_checkpoint]) == 1
+    err = capsys.readouterr().err
+    assert "sub' (or a folder above it) is a file, not a directory" in err and "[Errno" not in err
     assert (tmp_path / "results").read_text() == "my results"
     real = tempfile.mkdtemp
 

@@ -351,6 +351,20 @@ def test_more_loader_workers_than_cores_are_refused_before_the_corpus(corpus_fil
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_run_resumed_on_fewer_cores_keeps_its_loader_workers_with_a_warning(tmp_path, caplog):
+    """A resumed run must keep `data.num_workers` (it decides the batches): on fewer cores it warns, not refuses."""
+    import logging
+
+    from biomjepa.train.setup import check_num_workers
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    with pytest.raises(ValueError, match="at most"):
+        check_num_workers(cores + 1)
+    with caplog.at_level(logging.WARNING, logger="biomjepa"):
+        check_num_workers(cores + 1, resuming=True)
+    assert "the resumed run keeps them" in caplog.text
+
+
 def test_a_species_without_orthologs_is_advised_what_its_caller_can_do(corpus_files, tmp_path):
     """Issue 46: `species="rat"` was told to "pass `orthologs=`", which tl.adapt and a corpus entry do not take."""
     from scipy import sparse

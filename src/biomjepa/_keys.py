@@ -14,13 +14,15 @@ def check_key_added(key_added, default: str, *, uns: bool = True) -> str:
     """``key_added`` of a ``pp``/``tl`` tool, checked before any work: a non-empty string (``None``: ``default``).
 
     ``uns``: the key names an ``uns`` entry the tool writes whole, so :data:`UNS_KEY` is refused (it holds
-    ``bj.pp.map_vocab``'s report and ``bj.tl.embed``'s parameters). A ``ValueError`` naming ``key_added`` and the fix.
+    ``bj.pp.map_vocab``'s report and ``bj.tl.embed``'s parameters). A ``ValueError`` (``TypeError`` for a key that
+    is not a string) naming ``key_added`` and the fix.
     """
     if key_added is None:
         return default
     if not isinstance(key_added, str) or not key_added.strip() or "/" in key_added:
         got = "an empty string" if isinstance(key_added, str) and not key_added.strip() else repr(key_added)
-        raise ValueError(
+        error = ValueError if isinstance(key_added, str) else TypeError  # a wrong type is a TypeError, as in anndata
+        raise error(
             f"key_added must be a non-empty string without '/' (anndata is deprecating '/' in keys it writes to "
             f".h5ad), got {got}. Pass e.g. key_added={default + '_2'!r}, or leave it out for the default {default!r}."
         )

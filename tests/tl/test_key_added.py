@@ -54,7 +54,8 @@ def no_work(monkeypatch):
 def test_a_key_that_is_not_a_non_empty_string_is_refused_first(tool, bad, said, counts_adata, tiny_checkpoint,
                                                                tmp_path, no_work):
     a = counts_adata.copy()
-    with pytest.raises(ValueError, match=rf"key_added must be a non-empty string.*{said}.*Pass e\.g\. key_added="):
+    error = ValueError if isinstance(bad, str) else TypeError
+    with pytest.raises(error, match=rf"key_added must be a non-empty string.*{said}.*Pass e\.g\. key_added="):
         CALLS[tool](a, tiny_checkpoint, tmp_path / "out", key_added=bad)
     assert not a.uns and not a.obsm and list(a.var.columns) == list(counts_adata.var.columns)
     assert not (tmp_path / "out").exists()

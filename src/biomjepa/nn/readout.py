@@ -58,7 +58,7 @@ def stats_tensors(entry: dict | None, dim: int, where: str) -> tuple[torch.Tenso
             None if w is None else torch.tensor(w, dtype=torch.float32))
 
 
-def feature_stats(Z: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+def feature_stats(Z: np.ndarray, chunk: int = 8192) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature mean and standard deviation of embeddings ``Z [n, d]`` (scale floored at 1e-6), in float64,
     ``chunk`` rows at a time (no float64 copy of a large ``Z``)."""
     Z = np.asarray(Z)

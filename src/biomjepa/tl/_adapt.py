@@ -81,7 +81,8 @@ def adapt(
 
     Rows are read chunk by chunk (backed AnnData works); genes without ``var["biomjepa_token"]`` are
     mapped with ``species`` (and the column written at the end, as :func:`biomjepa.pp.map_vocab` does).
-    On one CPU thread a seed gives the same checkpoint and embedding each time (``time_budget`` aside).
+    On one CPU thread a seed gives the same weights (``weights_sha256``) and embedding each time (``time_budget``
+    aside); the whole checkpoint's hash differs, its provenance recording the run's paths and timings.
     Training and the embedding run in ``bj.settings.precision`` (recorded as ``precision``), so a later
     ``bj.tl.embed(adata, checkpoint=out_dir)`` in the same setting gives the same embedding. Ctrl-C or SIGTERM
     stop it with :class:`KeyboardInterrupt`; a stop or an error leaves no checkpoint directory, no scratch files
@@ -254,15 +255,19 @@ def _claimed(out_dir):
 
 
 def _mkdir(path: Path, name: str) -> Path:
-    """``path`` made (with its parents), or a ``ValueError`` naming ``name`` where it cannot be."""
+    """``path`` made (with its parents), or an ``OSError`` (``NotADirectoryError``, ``PermissionError``) naming
+    ``name`` where it cannot be."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
+    except (FileExistsError, NotADirectoryError):  # the path itself, or a folder above it, is a file
         raise NotADirectoryError(f"{name}: {str(path)!r} (or a folder above it) is a file, not a directory; give "
                                  f"a {name} whose parent folders are directories.") from None
     except PermissionError:
         raise PermissionError(f"{name}: cannot create {str(path)!r} (permission denied); give a {name} in a "
                               "folder you can write to.") from None
+    except OSError as err:  # a read-only file system, a name too long, ...
+        raise OSError(f"{name}: cannot create {str(path)!r} ({err.strerror}); give a {name} in a folder you can "
+                      "write to.") from None
     return path
 
 

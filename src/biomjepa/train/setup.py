@@ -36,7 +36,8 @@ def check_run_inputs(cfg: TrainConfig) -> None:
     from .._device import check_available
     from ..data.shards import check_corpus_listing
 
-    check_num_workers(cfg.data.num_workers)
+    resuming = any((run_dir_of(cfg) / "checkpoints").glob("step_*.pt"))
+    check_num_workers(cfg.data.num_workers, resuming=resuming)
 
     device = cfg.loop.device
     if device != "auto":
@@ -47,17 +48,23 @@ def check_run_inputs(cfg: TrainConfig) -> None:
         check_corpus_listing(corpus, "data.corpus")
 
 
-def check_num_workers(n: int) -> None:
+def check_num_workers(n: int, *, resuming: bool = False) -> None:
     """Refuse more loader processes (``data.num_workers``) than the CPU cores this process may use, the limit
     past which ``torch``'s DataLoader warns (twice) that the run may slow down or freeze. Refused, not lowered:
-    the number of workers decides which cells each step sees (a resumed run must keep it)."""
+    the number of workers decides which cells each step sees. A run ``resuming`` must keep the number it began
+    with, so there it is a warning (the run is slower, not wrong)."""
     import os
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if n and cores and n > cores:
-        raise ValueError(f"data.num_workers={n} asks for {n} loader processes, but this process may use {cores} CPU "
-                         f"core{'s' if cores > 1 else ''}; set data.num_workers to at most {cores} (0 reads the corpus "
-                         "in the training process).")
+    if not (n and cores and n > cores):
+        return
+    asked = (f"data.num_workers={n} asks for {n} loader processes, but this process may use {cores} CPU "
+             f"core{'s' if cores > 1 else ''}")
+    if resuming:
+        logger.warning("%s: the resumed run keeps them (they decide which cells each step sees), so it may run slowly; "
+                       "give it more cores to run at full speed.", asked)
+        return
+    raise ValueError(f"{asked}; set data.num_workers to at most {cores} (0 reads the corpus in the training process).")
 
 
 def open_corpus(cfg: TrainConfig, run_dir: Path, info: DistInfo) -> Corpus:
