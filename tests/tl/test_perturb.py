@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import anndata as ad
 import numpy as np
 import pandas as pd
@@ -54,6 +56,28 @@ def test_known_cosine_and_separators():
         t = a.uns["pa"]["table"].set_index("double")
         assert t.loc[f"C{sep}E", "observed"] == pytest.approx(0.5)
         assert a.uns["pa"]["params"]["sep"] == sep
+
+
+def test_spaced_labels_mixed_separators_and_the_plot_after_key_added():
+    """'A + B' is the double of A and B; a label with another separator is said to be read as a single gene; the
+    plot finds a result stored under key_added and highlights one label given as a string."""
+    import matplotlib as mpl
+
+    mpl.use("Agg")
+    a = _toy(sep=" + ")
+    with pytest.warns(UserWarning, match="no measured target"):
+        perturbation_arithmetic(a, use_rep="X_rep", n_random=10, key_added="pa")
+    assert sorted(a.uns["pa"]["table"]["double"]) == ["A + B", "C + E"]
+    with pytest.raises(KeyError, match=r"uns\['pa'\] holds such a result .*pass key='pa'"):
+        bj.pl.perturbation_arithmetic(a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ax = bj.pl.perturbation_arithmetic(a, key="pa", highlight="A + B")
+    assert [t.get_text() for t in ax.texts] == ["A–B"]
+    mixed = _toy()
+    mixed.obs["perturbation"] = mixed.obs["perturbation"].cat.rename_categories({"F+Z": "F_G"})
+    with pytest.warns(UserWarning, match=r"1 condition\(s\) hold a separator other than '\+' .*\['F_G'\]"):
+        perturbation_arithmetic(mixed, use_rep="X_rep", n_random=10)
 
 
 def test_parse_and_random_pairs():

@@ -33,7 +33,8 @@ def perturbation_arithmetic(
     key
         ``uns`` key of the result.
     highlight
-        Doubles to label, as condition labels (``"A+B"``) or gene pairs (``("A", "B")``, any order).
+        Doubles to label, as condition labels (``"A+B"``) or gene pairs (``("A", "B")``, any order); one label may
+        be given as a string.
     {ax}
     {show}
 
@@ -72,6 +73,8 @@ def perturbation_arithmetic(
 def _highlighted(t, highlight) -> np.ndarray:
     if not highlight:
         return np.zeros(len(t), bool)
+    if isinstance(highlight, str):  # one label, not its characters
+        highlight = [highlight]
     labels = {h for h in highlight if isinstance(h, str)}
     pairs = {frozenset(h) for h in highlight if not isinstance(h, str)}
     want = np.array([d in labels or frozenset((a, b)) in pairs for d, a, b in zip(t["double"], t["a"], t["b"])])

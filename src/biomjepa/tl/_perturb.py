@@ -34,15 +34,17 @@ def parse_perturbations(labels, control: str, sep: str | None = None) -> tuple[d
     """Split condition labels into singles ``{gene: label}`` and doubles ``{label: (a, b)}``.
 
     With ``sep=None`` the first of ``'+'``, ``'_'``, ``'|'`` occurring in a non-control label is
-    used. A part equal to the control label, ``'ctrl'`` or ``'control'`` is ignored, so ``'A+ctrl'``
-    is the single ``A``. Labels with more than two genes are ignored.
+    used. Spaces around a part are dropped (``'A + B'`` is ``A`` and ``B``). A part equal to the control label,
+    ``'ctrl'`` or ``'control'`` is ignored, so ``'A+ctrl'`` is the single ``A``. Labels with more than two genes
+    are ignored.
     """
     labels = [str(x) for x in labels if str(x) != control]
     if sep is None:
         sep = next((s for s in SEPARATORS if any(s in x for x in labels)), None)
     singles, doubles = {}, {}
     for lab in labels:
-        parts = [p for p in (lab.split(sep) if sep else [lab]) if p not in (control, *CONTROL_PARTS)]
+        parts = [p.strip() for p in (lab.split(sep) if sep else [lab])]  # "A + B" is the double of A and B
+        parts = [p for p in parts if p not in (control, *CONTROL_PARTS)]
         if len(parts) == 1:
             singles.setdefault(parts[0], lab)
         elif len(parts) == 2 and parts[0] != parts[1]:
@@ -232,6 +234,19 @@ def _check_keys(target, use_rep: str, perturbation_key: str, n_random: int) -> N
         raise ValueError(f"n_random must be >= 1, got {n_random}.")
 
 
+def _warn_other_separators(singles: dict, sep) -> None:
+    """Singles whose label holds another of :data:`SEPARATORS` may be doubles written differently: say so."""
+    odd = sorted(lab for lab in singles.values() if any(s in lab for s in SEPARATORS if s != sep))
+    if odd:
+        warnings.warn(
+            f"{len(odd)} condition(s) hold a separator other than {sep!r} and are read as single genes: {odd[:5]}. "
+            "If they are doubles, write every label with one separator, or pass `sep=`; if they are gene names "
+            "(e.g. 'HLA_A'), ignore this.",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
 def _conditions(labels, labelled, control: str, sep, min_cells: int):
     """Singles, doubles and the doubles whose two singles were measured, from the cells' labels (≥ ``min_cells``)."""
     counts = {str(lab): int(c) for lab, c in zip(*np.unique(labels[labelled], return_counts=True))}
@@ -239,6 +254,7 @@ def _conditions(labels, labelled, control: str, sep, min_cells: int):
     if few:
         warnings.warn(f"Conditions with fewer than min_cells={min_cells} cells are dropped: {few}.", stacklevel=3)
     singles, doubles, used_sep = parse_perturbations([k for k in counts if k not in few], control, sep)
+    _warn_other_separators(singles, used_sep)
     evaluable = {d: ab for d, ab in doubles.items() if ab[0] in singles and ab[1] in singles}
     if not evaluable:
         raise ValueError(
