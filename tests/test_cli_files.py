@@ -101,6 +101,32 @@ def test_embed_onto_a_symlink_writes_through_and_keeps_the_link(tmp_path, counts
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.h5ad", "link.h5ad"]
 
 
+def test_a_cell_ranger_h5_is_named_with_the_conversion(tmp_path, capsys):
+    """A 10x .h5 given as INPUT said anndata's `AnnData.__init__() got an unexpected keyword argument 'matrix'`."""
+    import h5py
+
+    with h5py.File(tmp_path / "filtered_feature_bc_matrix.h5", "w") as f:
+        g = f.create_group("matrix")
+        g["barcodes"] = np.array([b"AAAC-1"])
+        g.create_group("features")["name"] = np.array([b"CD3E"])
+    err = _usage_error(["embed", str(tmp_path / "filtered_feature_bc_matrix.h5"), str(tmp_path / "o.h5ad")], capsys)
+    assert "10x Genomics (Cell Ranger) .h5 file, not an .h5ad" in err and "sc.read_10x_h5(" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["filtered_feature_bc_matrix.h5"]
+
+
+def test_embed_onto_another_existing_file_says_so_and_names_the_store(tmp_path, counts_adata, tiny_checkpoint,
+                                                                      capsys):
+    """`biomjepa embed a.h5ad b.h5ad` replaced b.h5ad without a word: it may have meant two inputs (atlas mode)."""
+    counts_adata.write_h5ad(tmp_path / "a.h5ad")
+    counts_adata[:10].copy().write_h5ad(tmp_path / "b.h5ad")
+    assert main(["embed", str(tmp_path / "a.h5ad"), str(tmp_path / "b.h5ad"), "--checkpoint", tiny_checkpoint]) == 0
+    err = capsys.readouterr().err
+    assert "b.h5ad exists and will be replaced" in err and "--store atlas.zarr" in err
+    assert ad.read_h5ad(tmp_path / "b.h5ad").n_obs == 60
+    assert main(["embed", str(tmp_path / "a.h5ad"), str(tmp_path / "a.h5ad"), "--checkpoint", tiny_checkpoint]) == 0
+    assert "will be replaced" not in capsys.readouterr().err  # in place, as documented
+
+
 def test_corpus_files_with_counts_in_raw_point_to_writing_them_out(tmp_path, counts_adata, capsys):
     """The graph (and corpus preparation) read X or a layer: no `use_raw=True` they do not take."""
     a = counts_adata.copy()

@@ -105,6 +105,9 @@ def test_gene_key_and_key_added():
     assert report(a)["params"]["gene_key"] == "symbol"
     with pytest.raises(KeyError, match="gene_key"):
         bj.pp.map_vocab(a, gene_key="missing")
+    a.var["n_cells"] = np.arange(12, 12 + len(HUMAN))  # a numeric column named by mistake
+    with pytest.raises(ValueError, match=r"gene_key='n_cells' names the var column .* holds numbers.*\['symbol'\]"):
+        bj.pp.map_vocab(a, gene_key="n_cells")
 
 
 def test_integer_positions_error():

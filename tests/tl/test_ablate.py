@@ -96,6 +96,14 @@ def test_single_programme_obs_column(mapped, tiny_checkpoint):
     assert mapped.uns["ablation"]["params"]["left_out"]["programme"] == ["NOTAGENE0", "NOT_IN_VOCAB"]
 
 
+def test_lower_case_programme_genes_are_named_with_the_fix(mapped, tiny_checkpoint):
+    prog = [g.lower() for g in _programmes(mapped)["p1"]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=r"5 of them are vocabulary symbols in another case .*g\.upper\(\)"):
+            ablate_programme(mapped, prog, groupby="group", n_cells=4, checkpoint=tiny_checkpoint, n_random=2)
+
+
 def test_params_record_the_input(mapped, tiny_checkpoint):
     """Issue 46: the record names what was read, as tl.embed's does (it used to omit ``input``)."""
     from scipy import sparse

@@ -76,6 +76,7 @@ def run_embed(args: argparse.Namespace) -> None:
 
     import biomjepa as bj
 
+    _say_if_output_is_replaced(args.input, args.output)
     adata = ad.read_h5ad(args.input)
     bj.pp.map_vocab(adata, gene_key=args.gene_key, layer=args.layer, use_raw=args.use_raw, species=args.species,
                     id_type=args.id_type)
@@ -90,6 +91,21 @@ def run_embed(args: argparse.Namespace) -> None:
         bj.settings.precision = before
     write_h5ad_atomic(adata, args.output)
     print(f"wrote obsm['X_biomjepa'] {adata.obsm['X_biomjepa'].shape} to {args.output}")
+
+
+def _say_if_output_is_replaced(input: str, output: str) -> None:
+    """OUTPUT, an existing file other than INPUT, is replaced: say so before the work, and name atlas mode, which
+    is what `biomjepa embed a.h5ad b.h5ad` may have meant."""
+    import os
+    import sys
+    from pathlib import Path
+
+    out = Path(output)
+    if not out.exists() or (Path(input).exists() and os.path.samefile(input, out)):
+        return
+    print(f"biomjepa embed: {output} exists and will be replaced by {input}'s cells with their embedding. To embed "
+          "several files, list them all and give a store: `biomjepa embed a.h5ad b.h5ad --store atlas.zarr`.",
+          file=sys.stderr)
 
 
 def write_h5ad_atomic(adata, output: str) -> None:

@@ -47,7 +47,10 @@ def check_h5ad_file(path: str | os.PathLike, *, what: str = "", allow_npz: bool 
             hdf5 = _hdf5_signature(f, head)
     except OSError as err:
         raise type(err)(f"{name} cannot be read ({err.strerror or err}); check its permissions") from None
-    if hdf5 or (allow_npz and head[:4] == b"PK\x03\x04"):
+    if hdf5:
+        _check_not_10x(p, name)
+        return p
+    if allow_npz and head[:4] == b"PK\x03\x04":
         return p
     expected = "an .h5ad file (HDF5) nor a prepared .npz shard" if allow_npz else "an .h5ad file (HDF5, written by anndata)"
     if not head:
@@ -56,6 +59,26 @@ def check_h5ad_file(path: str | os.PathLike, *, what: str = "", allow_npz: bool 
         first = head.split(b"\n", 1)[0][:60].decode("utf-8", "replace")
         raise ValueError(f"{name} is not {expected} but a text file (first line: {first!r}): {_CONVERT}")
     raise ValueError(f"{name} is not {expected} (no HDF5 signature): {_CONVERT}")
+
+
+def _check_not_10x(p: Path, name: str) -> None:
+    """An HDF5 file laid out as Cell Ranger's ``filtered_feature_bc_matrix.h5`` (a ``matrix`` group, or v2's genome
+    groups of ``barcodes``/``genes``), not as an ``.h5ad``: say how to convert it."""
+    import h5py
+
+    try:
+        with h5py.File(p, "r") as f:
+            keys = set(f.keys())
+            v2 = any(isinstance(f[k], h5py.Group) and {"barcodes", "genes"} <= set(f[k].keys()) for k in keys)
+    except OSError:
+        return  # anndata reports what it cannot read
+    if "X" in keys or "obs" in keys or not ("matrix" in keys or v2):
+        return
+    raise ValueError(
+        f"{name} is a 10x Genomics (Cell Ranger) .h5 file, not an .h5ad. Convert it first, e.g. "
+        f"`python -c \"import scanpy as sc; sc.read_10x_h5('{p}').write_h5ad('{p.with_suffix('.h5ad')}')\"`, "
+        "and name the .h5ad."
+    )
 
 
 def _hdf5_signature(f, head: bytes) -> bool:

@@ -307,9 +307,14 @@ def check_overlap(names: pd.Series, res: Resolution, var: pd.DataFrame, *, gene_
             'the names look like mouse genes (e.g. "Gcg", "Ins1"): pass species="mouse" (if they are human '
             "symbols in the wrong case, upper-case them first: adata.var_names = adata.var_names.str.upper())"
         )
+    cols = [c for c in var.columns if not pd.api.types.is_numeric_dtype(var[c])]
     if gene_key is None:
-        cols = [c for c in var.columns if not pd.api.types.is_numeric_dtype(var[c])]
         hints.append(f"if var_names are not gene identifiers, pass gene_key= (string var columns: {cols})")
+    elif gene_key in var.columns:
+        kind = "numbers" if pd.api.types.is_numeric_dtype(var[gene_key]) else "these values"
+        hints.insert(0, f"gene_key={gene_key!r} names the var column read as identifiers, and it holds {kind}: pass "
+                        f"gene_key= naming a column of gene symbols or Ensembl IDs (string var columns: {cols}), or "
+                        "leave it out to use var_names")
     hints.append("check that the identifiers are human symbols, Ensembl gene IDs (ENSG…) or Entrez IDs")
     examples = names[:5].tolist()
     raise ValueError(
