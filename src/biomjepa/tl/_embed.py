@@ -42,9 +42,9 @@ def embed(
     to their longest cell, encoded under ``torch.inference_mode`` in ``bj.settings.precision`` (default
     ``"fp32"``; ``"bf16"``/``"auto"``: bf16 GEMMs, about 1.5× faster on a CPU with AMX, per-cell cosine
     ≥ 0.994 to float32) and pooled with the readout the checkpoint records (:mod:`biomjepa.nn.pooling`, technical
-    tokens excluded; the bundled v0.3: ``max_top5``, the paper's per-feature max ‖ mean of the 5 largest
+    tokens excluded; the bundled v0.4: ``max_top5``, the paper's per-feature max ‖ mean of the 5 largest
     gene-token states), then mapped with the checkpoint's fixed feature statistics when it records them
-    (:mod:`biomjepa.nn.readout`; v0.3: standardization measured on its training corpus). Results do not
+    (:mod:`biomjepa.nn.readout`; v0.4: standardization measured on its training corpus). Results do not
     depend on ``batch_size`` or cell order.
 
     Parameters
