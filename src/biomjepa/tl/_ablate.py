@@ -14,7 +14,7 @@ from .._keys import TOKEN_KEY, check_key_added
 from .._settings import settings
 from ..data.graph import graph_label
 from ._null import check_null_args, count_in, expression_bins, matched_random_set, scan_gene_stats
-from ._utils import check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
+from ._utils import case_hint, check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -268,21 +268,10 @@ def _programme_ids(programmes, vocab, detection) -> tuple[dict[str, np.ndarray],
     if empty:
         raise ValueError(
             f"Programme(s) {empty} have no gene that is both in the vocabulary and detected in adata "
-            f"(unknown: {[left_out[k] for k in empty]}).{_case_hint(left_out, vocab)} Check gene symbols and "
+            f"(unknown: {[left_out[k] for k in empty]}).{case_hint(left_out, vocab)} Check gene symbols and "
             "`bj.pp.map_vocab`."
         )
     return ids, left_out
-
-
-def _case_hint(left_out: dict[str, list[str]], vocab) -> str:
-    """Programme genes are matched as vocabulary symbols, exactly: name those whose upper-case form is one."""
-    genes = [g for v in left_out.values() for g in v]
-    cased = [g for g, k in zip(genes, vocab.index_of([str(g).upper() for g in genes])) if k >= 0 and g != g.upper()]
-    if not cased:
-        return ""
-    return (f" {len(cased)} of them are vocabulary symbols in another case (e.g. {cased[:3]}): programme genes are "
-            "matched as the vocabulary's (human, upper-case) symbols, so pass e.g. "
-            "`{name: [g.upper() for g in genes]}`, or mouse genes through their human orthologs.")
 
 
 def _sample_cells(groups: np.ndarray, labelled: np.ndarray, n_cells: int, rng, *, required: set) -> np.ndarray:

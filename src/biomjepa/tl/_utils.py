@@ -142,3 +142,14 @@ def labels_or_drop(adata, key: str, *, what: str) -> tuple[np.ndarray, np.ndarra
             stacklevel=3,
         )
     return labels, valid
+
+
+def case_hint(left_out: dict[str, list[str]], vocab) -> str:
+    """Programme genes are matched as vocabulary symbols, exactly: name those whose upper-case form is one."""
+    genes = [g for v in left_out.values() for g in v]
+    cased = [g for g, k in zip(genes, vocab.index_of([str(g).upper() for g in genes])) if k >= 0 and g != g.upper()]
+    if not cased:
+        return ""
+    return (f" {len(cased)} of them are vocabulary symbols in another case (e.g. {cased[:3]}): programme genes are "
+            "matched as the vocabulary's (human, upper-case) symbols, so pass e.g. "
+            "`{name: [g.upper() for g in genes]}`, or mouse genes through their human orthologs.")

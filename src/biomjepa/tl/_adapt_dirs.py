@@ -1,0 +1,90 @@
+"""Where ``bj.tl.adapt`` writes: the ``out_dir`` it claims (checked, locked), its scratch directory beside it, and
+what it removes when it stops."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .._settings import settings
+
+_CLAIMED: set[str] = set()  # out_dirs this process is writing (bj.tl.adapt in several threads)
+_CLAIMED_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def _claimed(out_dir):
+    """The checkpoint directory, checked and locked for this call (a second adapt on it is refused at once).
+
+    A symlink is followed (the checkpoint goes where it points). The lock is a hidden file beside the directory,
+    removed when the call ends.
+    """
+    from .._files import LockBusy, lock
+
+    if out_dir is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = Path(tempfile.mkdtemp(prefix=f"adapt-{stamp}-", dir=_mkdir(settings.cachedir / "adapted", "out_dir")))
+    else:
+        out = Path(os.path.realpath(Path(out_dir).expanduser()))
+        if Path(os.path.realpath(os.getcwd())).is_relative_to(out):
+            raise ValueError(f"out_dir={str(out_dir)!r} is the current working directory (or a folder above it): the "
+                             "checkpoint directory appears whole, by a rename, which would replace it. Give a new "
+                             "directory, e.g. out_dir='adapted'.")
+        _mkdir(out.parent, "out_dir")
+    path = out.parent / f".{out.name}.adapt.lock"
+    fix = "Another bj.tl.adapt is writing its checkpoint there: wait for it to finish, or give another out_dir."
+    with _CLAIMED_GUARD:  # the file lock is re-entrant within a process: two threads are told apart here
+        if str(out) in _CLAIMED:
+            raise LockBusy(f"out_dir={str(out)!r} is being written by another bj.tl.adapt of this process. {fix}")
+        held = lock(path, what=f"out_dir={str(out)!r}", fix=fix)
+        _CLAIMED.add(str(out))
+    try:
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            what = "a file" if not out.is_dir() else "not an empty directory"
+            raise FileExistsError(f"out_dir={str(out)!r} is {what}; adapt never replaces a checkpoint or other "
+                                  "files. Give a new directory (or an empty one).")
+        yield out
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # a waiter that opened it before checks the inode after locking (biomjepa._files.lock)
+        held.release()
+        with _CLAIMED_GUARD:
+            _CLAIMED.discard(str(out))
+
+
+def _mkdir(path: Path, name: str) -> Path:
+    """``path`` made (with its parents), or an ``OSError`` (``NotADirectoryError``, ``PermissionError``) naming
+    ``name`` where it cannot be."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # the path itself, or a folder above it, is a file
+        raise NotADirectoryError(f"{name}: {str(path)!r} (or a folder above it) is a file, not a directory; give "
+                                 f"a {name} whose parent folders are directories.") from None
+    except PermissionError:
+        raise PermissionError(f"{name}: cannot create {str(path)!r} (permission denied); give a {name} in a "
+                              "folder you can write to.") from None
+    except OSError as err:  # a read-only file system, a name too long, ...
+        raise OSError(f"{name}: cannot create {str(path)!r} ({err.strerror}); give a {name} in a folder you can "
+                      "write to.") from None
+    return path
+
+
+def _discard(out: Path, *, made: bool, placed: bool) -> None:
+    """Remove what this call put at ``out``: the default directory it made, or the checkpoint it ``placed`` there.
+    Whatever else is there (another writer's files) stays: ``out`` was empty when claimed, and is not ours."""
+    if out.is_dir() and (made or placed):
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _scratch(out: Path) -> str:
+    try:
+        return tempfile.mkdtemp(prefix=f".{out.name}.adapt-", dir=out.parent)
+    except PermissionError:
+        raise PermissionError(f"out_dir: cannot write to {str(out.parent)!r} (permission denied), where adapt assembles "
+                              "the checkpoint before it appears as out_dir; give an out_dir in a folder you can "
+                              "write to.") from None
