@@ -279,3 +279,20 @@ def test_curves_v04_scores_multiples_and_always_the_last_state():
     assert [p.name for p in states_to_score(names, 500)] == [f"step_{s:08d}.pt" for s in (500, 1000, 1500, 7300)]
     assert [p.name for p in states_to_score(names[1:4], 1000)] == ["step_00001000.pt", "step_00001500.pt"]
     assert states_to_score([], 500) == []
+
+
+def test_adapt_curve_builds_each_recipes_training_config_in_float32(tmp_path, monkeypatch):
+    """``adapt_curve.py train`` hands every recipe's entries to the adapt training config (it once broke on a new
+    argument of ``_config`` unnoticed until a session ran it); the loop itself is replaced here."""
+    from benchmarks.evaluation.adapt_curve import RECIPES, train_one
+
+    import biomjepa.train.loop as loop
+
+    seen = []
+    monkeypatch.setattr(loop, "pretrain", lambda cfg, on_checkpoint=None: seen.append(cfg))
+    monkeypatch.setenv("BJ_CURVE_THREADS", "1")
+    train_one(tmp_path, "keep_lr3e-3_t256", 8, 4, "cpu", 0)
+    (cfg,) = seen
+    assert cfg.data.teacher_genes == RECIPES["keep_lr3e-3_t256"]["teacher_genes"] == 256
+    assert cfg.optim.lr == 3e-3 and cfg.loop.checkpoint_every == 4 and cfg.run.steps == 8
+    assert cfg.loop.precision == "fp32"

@@ -119,6 +119,24 @@ def test_the_recipe_can_export_another_readout(tmp_path, base, monkeypatch):
     np.testing.assert_array_equal(later.obsm["X_biomjepa"], adata.obsm["X_biomjepa"])
 
 
+def test_the_default_exports_the_trained_student_not_its_lagging_ema_teacher(tmp_path, base, monkeypatch):
+    """A short run's EMA teacher barely leaves the base (momentum 0.996+); the recipe exports the student, which the
+    optimizer moved, and records which one it exported."""
+    import biomjepa.train.adapt as train_adapt
+
+    def moved(out) -> float:
+        w = load_checkpoint(out).encoder.gene_embedding.weight.detach()
+        return float((w - load_checkpoint(base).encoder.gene_embedding.weight.detach()).norm())
+
+    assert train_adapt.RECIPE["encoder"] == "student"
+    adata = cells()
+    bj.tl.adapt(adata, base, steps=3, out_dir=tmp_path / "student", seed=4)
+    assert adata.uns["biomjepa"]["adapt"]["recipe"]["encoder"] == "student"
+    monkeypatch.setitem(train_adapt.RECIPE, "encoder", "teacher")
+    bj.tl.adapt(cells(), base, steps=3, out_dir=tmp_path / "teacher", seed=4)
+    assert moved(tmp_path / "student") > 10 * moved(tmp_path / "teacher") > 0
+
+
 def test_cells_without_a_mapped_gene_are_refused_before_training(tmp_path, base, monkeypatch):
     import biomjepa.train.adapt as train_adapt
 
@@ -402,7 +420,7 @@ def test_refuses_an_existing_checkpoint_directory(tmp_path, base):
 def test_default_steps_scale_with_the_cells():
     from biomjepa.tl._adapt import default_steps
 
-    assert default_steps(200) == 300 and default_steps(1074) == 403 and default_steps(10**6) == 1000
+    assert default_steps(200) == 150 and default_steps(1074) == 152 and default_steps(10**6) == 1000
     assert default_steps(2000) > default_steps(1074)
 
 
