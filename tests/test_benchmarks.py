@@ -290,7 +290,7 @@ def test_adapt_curve_builds_each_recipes_training_config_in_float32(tmp_path, mo
 
     seen = []
     monkeypatch.setattr(loop, "pretrain", lambda cfg, on_checkpoint=None: seen.append(cfg))
-    monkeypatch.setenv("BJ_CURVE_THREADS", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     train_one(tmp_path, "keep_lr3e-3_t256", 8, 4, "cpu", 0)
     (cfg,) = seen
     assert cfg.data.teacher_genes == RECIPES["keep_lr3e-3_t256"]["teacher_genes"] == 256

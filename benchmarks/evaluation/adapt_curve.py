@@ -111,7 +111,7 @@ def train(root: Path, recipes: list[str], steps: int, every: int, device: str, s
           threads: int = 1, sets: list[str] | None = None) -> None:
     """Every (set, recipe) in its own process (``threads`` CPU threads each), at most ``jobs`` at a time (default:
     all); ``sets``: only these set directories (default: every prepared one)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "BJ_CURVE_THREADS": str(threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     todo = [(d, r) for d in sorted(p for p in root.iterdir() if (p / "cells.npz").is_file())
             if sets is None or d.name in sets for r in recipes]
     running, bad = [], []
@@ -142,7 +142,7 @@ def train_one(d: Path, recipe: str, steps: int, every: int, device: str, seed: i
     from biomjepa.train.adapt import RECIPE, _config
     from biomjepa.train.loop import pretrain
 
-    torch.set_num_threads(int(os.environ.get("BJ_CURVE_THREADS", "1")))  # set by `train --threads`
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))  # set by `train --threads`
     work = d / f"work_{recipe}"
     shutil.rmtree(work, ignore_errors=True)
     rec = {**RECIPE, **RECIPES[recipe]}
