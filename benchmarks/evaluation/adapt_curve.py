@@ -212,11 +212,28 @@ def _row(name: str, labels: np.ndarray, rep: str, Z: np.ndarray, **extra) -> dic
     return r
 
 
+def _with_both(Zs) -> dict[str, np.ndarray]:
+    """Every saved read-out standardized with its own cells' statistics (as ``tl.adapt`` exports it), plus
+    ``<encoder>_both_<step>``: the standardized ``max_top5`` ‖ the standardized ``mean_wmean`` of the same state
+    (issue 44's "both" readout, ``[n, 4D]``)."""
+    from biomjepa.nn.readout import feature_stats
+
+    out = {}
+    for key in (k for k in Zs.files if k != "info"):
+        Z = Zs[key].astype(np.float32)
+        m, s = feature_stats(Z)
+        out[key] = (Z - m) / s
+    for key in list(out):
+        which, step = key.rsplit("_", 1)
+        if which in ("teacher", "student") and f"{which}_mean_wmean_{step}" in out:
+            out[f"{which}_both_{step}"] = np.concatenate([out[key], out[f"{which}_mean_wmean_{step}"]], axis=1)
+    return out
+
+
 def score(root: Path, csv: str) -> None:
     """F1 and Leiden ARI of every read-out, PCA-50 and the zero-shot base; one CSV."""
     from benchmarks._common import write_csv
     from biomjepa._pretrained import load_model
-    from biomjepa.nn.readout import feature_stats
 
     base = load_model(BASE)
     mean, scale = base.feature_mean.numpy(), base.feature_scale.numpy()
@@ -234,13 +251,11 @@ def score(root: Path, csv: str) -> None:
             if info["recipe"]["gene_init"] == "checkpoint" and not any(r["set"] == d.name and r.get("step") == 0 for r in rows):
                 Z0 = Zs["teacher_0"].astype(np.float32)  # step 0 of a kept start: the base, as tl.embed reads it out
                 rows.append(row("zero-shot " + BASE, (Z0 - mean) / scale, step=0, seconds=0.0))
-            for key in (k for k in Zs.files if k != "info"):
+            for key, Z in _with_both(Zs).items():
                 which, step = key.rsplit("_", 1)
                 if int(step) == 0:
                     continue
-                Z = Zs[key].astype(np.float32)
-                m, s = feature_stats(Z)
-                rows.append(row(f"adapt {name} {which}", (Z - m) / s, recipe=name, encoder=which, step=int(step),
+                rows.append(row(f"adapt {name} {which}", Z, recipe=name, encoder=which, step=int(step),
                                 seconds=round(info["seconds"][step], 1), lr=info["recipe"]["lr"],
                                 gene_init=info["recipe"]["gene_init"], device=info["device"]))
     print(write_csv(rows, csv))

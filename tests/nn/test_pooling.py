@@ -71,6 +71,8 @@ def test_centred_max_top5_by_hand_and_unknown_pooling():
     assert pool(h, gm, v, "centred_wmean_max").tolist() == [[0.5, 2.0]]
     # mean state 3 (technical tokens excluded) ‖ weighted mean of the centred states 0.5
     assert pool(h, gm, v, "mean_wmean").tolist() == [[3.0, 0.5]]
+    # both: max 5, top-5 mean 3 (all 3 genes) ‖ mean state 3, weighted centred mean 0.5
+    assert pool(h, gm, v, "max_top5_mean_wmean").tolist() == [[5.0, 3.0, 3.0, 0.5]]
     import pytest
 
     with pytest.raises(ValueError, match="Unknown pooling"):
@@ -97,3 +99,15 @@ def test_quantile_readout_is_the_order_statistic_and_does_not_grow_with_gene_cou
     assert z.shape == (2, 16) and torch.isfinite(z).all()
     empty = torch.zeros(1, 4, dtype=torch.bool)
     assert torch.equal(masked_quantile(torch.randn(1, 4, 3), empty, 0.9), torch.zeros(1, 3))
+
+
+def test_every_readout_is_as_wide_as_the_config_says():
+    """A checkpoint's readout statistics and every embedding buffer are sized by ``ModelConfig.embedding_dim``."""
+    from biomjepa.nn import ModelConfig
+    from biomjepa.nn.pooling import POOLINGS, pool
+
+    h, gm, v = torch.randn(2, 7, 16), torch.ones(2, 7, dtype=torch.bool), torch.rand(2, 7)
+    for kind in POOLINGS:
+        cfg = ModelConfig.preset("tiny", d_model=16, n_heads=2, pooling=kind)
+        assert pool(h, gm, v, kind).shape == (2, cfg.embedding_dim)
+    assert ModelConfig.preset("tiny", d_model=16, n_heads=2, pooling="max_top5_mean_wmean").embedding_dim == 64

@@ -73,13 +73,13 @@ def probe_embeddings(encoder, probe: ProbeSet, *, batch_size: int = 32) -> dict[
     """
     from .._settings import settings
     from ..nn.inference import map_batches
-    from ..nn.pooling import POOLINGS, pool
+    from ..nn.pooling import POOLINGS, pool, pooled_width
 
     def readout(b):
         h = encoder(b.gene_ids, b.values, b.mask).float()
         return tuple(pool(h, b.gene_mask, b.values, k) for k in POOLINGS)
 
-    out = {k: np.empty((len(probe.cells), 2 * encoder.config.d_model), np.float32) for k in POOLINGS}
+    out = {k: np.empty((len(probe.cells), pooled_width(k) * encoder.config.d_model), np.float32) for k in POOLINGS}
     was_training = encoder.training
     encoder.eval()
     map_batches(probe.cells, readout, tuple(out.values()), vocab_size=encoder.config.vocab_size,

@@ -35,7 +35,8 @@ class ModelConfig:
         Added to the linear-attention normalizer (the paper's 1e-6).
     pooling
         Readout of the frozen cell embedding (:data:`biomjepa.nn.pooling.POOLINGS`): ``max_top5``
-        (the paper; the default, and what checkpoints without the key use) or a centred variant.
+        (the paper; the default, and what checkpoints without the key use), a centred variant, ``mean_wmean``, or
+        ``max_top5_mean_wmean`` (both, ``4 * d_model`` wide; what ``bj.tl.adapt`` exports).
     """
 
     vocab_size: int = VOCAB_SIZE
@@ -61,8 +62,11 @@ class ModelConfig:
 
     @property
     def embedding_dim(self) -> int:
-        """Size of the pooled cell embedding (max ‖ top-5 mean) = ``2 * d_model``."""
-        return 2 * self.d_model
+        """Size of the pooled cell embedding: ``2 * d_model`` (e.g. max ‖ top-5 mean), ``4 * d_model`` for
+        ``max_top5_mean_wmean`` (:func:`biomjepa.nn.pooling.pooled_width`)."""
+        from .pooling import pooled_width
+
+        return pooled_width(self.pooling) * self.d_model
 
     @classmethod
     def preset(cls, name: str, **overrides) -> ModelConfig:

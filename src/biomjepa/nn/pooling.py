@@ -23,13 +23,27 @@ states. Targets that keep the cell level (the paper's global centre, no cell cen
 token states, so the cell's mean state is exactly what training shapes; the second half adds what
 distinguishes the cell's expressed genes. Both halves are smooth statistics (no per-feature maximum, which
 grows with the number of detected genes). Not invariant to a cell-wide shift: the level is kept on purpose.
+
+``max_top5_mean_wmean`` (issue 44; the readout ``bj.tl.adapt`` exports): ``max_top5`` ‖ ``mean_wmean``, ``[B, 4D]``.
+Chosen on validation tissues (sorted PBMCs, Darmanis brain), where an adapted encoder read out with both kept
+``max_top5``'s Leiden clusters on PBMCs and ``mean_wmean``'s few-shot F1 on them and its clusters on brain
+(``benchmarks/results/adapt_curve_validation_v0.4_both.csv``). Per-feature standardization (the checkpoint's
+readout statistics) puts both halves on one scale.
 """
 
 from __future__ import annotations
 
 import torch
 
-POOLINGS = ("max_top5", "centred_max_top5", "centred_wmean_max", "centred_wmean_q90", "mean_wmean")
+POOLINGS = ("max_top5", "centred_max_top5", "centred_wmean_max", "centred_wmean_q90", "mean_wmean",
+            "max_top5_mean_wmean")
+
+
+def pooled_width(kind: str) -> int:
+    """Size of the readout ``kind``'s cell embedding in units of ``d_model`` (4 for ``max_top5_mean_wmean``, else 2)."""
+    if kind not in POOLINGS:
+        raise ValueError(f"Unknown pooling {kind!r}; choose one of {POOLINGS}.")
+    return 4 if kind == "max_top5_mean_wmean" else 2
 
 
 def mean_state(hidden: torch.Tensor, gene_mask: torch.Tensor) -> torch.Tensor:
@@ -81,14 +95,21 @@ def masked_quantile(hidden: torch.Tensor, gene_mask: torch.Tensor, q: float) -> 
 
 
 def pool(hidden: torch.Tensor, gene_mask: torch.Tensor, values: torch.Tensor, kind: str = "max_top5") -> torch.Tensor:
-    """Pool token states into ``[B, 2D]`` cell embeddings with the readout ``kind`` (see :data:`POOLINGS`)."""
+    """Pool token states into ``[B, w·D]`` cell embeddings with the readout ``kind`` (see :data:`POOLINGS`;
+    ``w`` = :func:`pooled_width`)."""
     if kind == "max_top5":
         return max_top5_pool(hidden, gene_mask)
     if kind not in POOLINGS:
         raise ValueError(f"Unknown pooling {kind!r}; choose one of {POOLINGS}.")
-    c = centre_states(hidden, gene_mask)
+    if kind == "max_top5_mean_wmean":
+        return torch.cat([max_top5_pool(hidden, gene_mask), pool(hidden, gene_mask, values, "mean_wmean")], -1)
     if kind == "mean_wmean":
-        return torch.cat([mean_state(hidden, gene_mask), weighted_mean(c, gene_mask, values)], -1)
+        # sums over a padded token axis round differently for other padded lengths (other batches) in float32, and a
+        # per-feature standardization amplifies that: summed in float64, a cell reads out the same in any batch
+        h = hidden.double()
+        out = torch.cat([mean_state(h, gene_mask), weighted_mean(centre_states(h, gene_mask), gene_mask, values)], -1)
+        return out.to(hidden.dtype)
+    c = centre_states(hidden, gene_mask)
     if kind == "centred_max_top5":
         return max_top5_pool(c, gene_mask)
     if kind == "centred_wmean_q90":
@@ -98,7 +119,7 @@ def pool(hidden: torch.Tensor, gene_mask: torch.Tensor, values: torch.Tensor, ki
 
 def winner_states(hidden: torch.Tensor, gene_mask: torch.Tensor, kind: str = "max_top5") -> torch.Tensor:
     """The token states whose per-feature maximum the readout ``kind`` takes (centred for centred readouts)."""
-    return hidden if kind == "max_top5" else centre_states(hidden, gene_mask)
+    return hidden if kind in ("max_top5", "max_top5_mean_wmean") else centre_states(hidden, gene_mask)
 
 
 def max_winners(hidden: torch.Tensor, gene_mask: torch.Tensor) -> torch.Tensor:
