@@ -95,7 +95,7 @@ def test_same_embeddings_as_the_previous_loop_and_tl_embed(model, counts_adata, 
 def test_same_winners_probabilities_and_probe_as_the_previous_loops(model):
     from biomjepa.bench.probe import ProbeSet, probe_embeddings
     from biomjepa.nn.finetune import FinetuneModel, predict_proba
-    from biomjepa.nn.pooling import POOLINGS, pool, winner_states
+    from biomjepa.nn.pooling import POOLINGS, pool, pooled_width, winner_states
     from biomjepa.tl._max_token import _winners, max_token_shares
 
     cells, n, V = _cells(), 23, model.config.vocab_size
@@ -120,7 +120,7 @@ def test_same_winners_probabilities_and_probe_as_the_previous_loops(model):
         h = enc(b.gene_ids, b.values, b.mask).float()
         return tuple(pool(h, b.gene_mask, b.values, k) for k in POOLINGS)
 
-    out = tuple(np.empty((n, 2 * enc.config.d_model), np.float32) for _ in POOLINGS)
+    out = tuple(np.empty((n, pooled_width(k) * enc.config.d_model), np.float32) for k in POOLINGS)
     old = _old_loop(cells, V, readout, out, 6, bj.settings.max_batch_tokens)
     enc.train()
     got = probe_embeddings(enc, ProbeSet(cells, np.zeros(n), np.zeros(n), None), batch_size=6)
