@@ -75,9 +75,9 @@ def adapt(
     exported with the ``max_top5_mean_wmean`` readout, ``4 * d_model`` features), writes the adapted encoder as an
     ordinary checkpoint directory, and embeds the cells with it (:func:`biomjepa.tl.embed`). Labels are never read.
     The same directory embeds query cells later: ``bj.tl.embed(query, checkpoint=out_dir)``; it reads them through
-    the genes these cells detect (in at least 0.5 % of them), so adapt on cells that cover the query's genes. Embeddings of an adapted checkpoint are
-    comparable with each other (these cells and query cells embedded with it), not with embeddings
-    from the base checkpoint or another adaptation.
+    the genes these cells detect (in at least 0.5 % of them), so adapt on cells that cover the query's genes.
+    Embeddings of an adapted checkpoint are comparable with each other (these cells and query cells embedded
+    with it), not with embeddings from the base checkpoint or another adaptation.
 
     Rows are read chunk by chunk (backed AnnData works); genes without ``var["biomjepa_token"]`` are
     mapped with ``species`` (and the column written at the end, as :func:`biomjepa.pp.map_vocab` does).
@@ -123,8 +123,8 @@ def adapt(
     ``None`` or a copy (``copy=True``), with
 
     ``.obsm[key_added]``
-        float32 ``[n_obs, 4·d_model]`` embedding by the adapted checkpoint (``embedding_dim`` of its readout; standardized with feature
-        statistics measured on these cells, recorded in the checkpoint).
+        float32 ``[n_obs, 4·d_model]`` embedding by the adapted checkpoint (its readout's ``embedding_dim``),
+        standardized with feature statistics measured on these cells, recorded in the checkpoint.
     ``.uns["biomjepa"]["params"]``
         what :func:`biomjepa.tl.embed` records (the checkpoint is the adapted one).
     ``.uns["biomjepa"]["adapt"]``
