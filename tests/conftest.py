@@ -114,3 +114,20 @@ def http_root(tmp_path, monkeypatch):
     yield root, f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def known_dispositions():
+    """SIGTERM default, SIGINT Python's KeyboardInterrupt handler, whatever was inherited; restored after.
+
+    A suite started in the background by a non-interactive shell inherits SIGINT ignored, and the package keeps an
+    inherited ignore (:mod:`biomjepa.train.signals`): tests that send themselves a signal start from known ones.
+    """
+    import signal
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    for s, h in before.items():
+        signal.signal(s, h if h is not None else signal.SIG_DFL)

@@ -258,7 +258,7 @@ def test_a_second_adapt_on_the_same_out_dir_is_refused_before_training(tmp_path,
     assert not (tmp_path / "ck").exists()
 
 
-def test_sigterm_while_the_shard_is_written_leaves_nothing(tmp_path, base, monkeypatch):
+def test_sigterm_while_the_shard_is_written_leaves_nothing(tmp_path, base, monkeypatch, known_dispositions):
     import biomjepa.data.shard_file as shard_file
 
     real = shard_file.write_shard
@@ -439,7 +439,8 @@ def test_time_budget_stops_early_with_a_whole_checkpoint(tmp_path, base):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_stop_signal_leaves_no_checkpoint_and_the_anndata_unchanged(tmp_path, base, monkeypatch, signum, caplog):
+def test_a_stop_signal_leaves_no_checkpoint_and_the_anndata_unchanged(tmp_path, base, monkeypatch, signum, caplog,
+                                                                      known_dispositions):
     import biomjepa.train.loop as loop
 
     real, calls = loop.compute_objective, []

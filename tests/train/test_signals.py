@@ -27,17 +27,6 @@ from biomjepa.train.runlock import lock_run_dir, unlock_run_dir
 from biomjepa.train.signals import GracefulStop, last_stop_signal, stop_exit_code
 
 
-@pytest.fixture
-def known_dispositions():
-    """SIGTERM default, SIGINT Python's KeyboardInterrupt handler, whatever was inherited; restored after."""
-    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    for s, h in before.items():
-        signal.signal(s, h if h is not None else signal.SIG_DFL)
-
-
 def _rows(path) -> int:
     return max(0, len(path.read_text().splitlines()) - 1) if path.is_file() else 0
 
