@@ -37,15 +37,16 @@ logger = logging.getLogger(__name__)
 MIN_CELLS = 200
 MAP_ROWS = 8192  # rows mapped at a time by the adapted checkpoint's readout map
 #: default steps: this many passes over the cells in 64-cell batches, within [MIN_STEPS, MAX_STEPS]. Chosen on the
-#: validation tissues (benchmarks/results/adapt_vs_scvi_validation_*.csv, v0.4 base, two CPU cores): 150 steps scored
-#: as 24 passes did (sorted PBMCs F1 0.658 / Leiden ARI 0.759 against 0.651 / 0.743 at 402 steps; Darmanis brain
-#: 0.887 / 0.743 against 0.881 / 0.772 at 300) in about half the time (236 s against 564 s; 235 s against 437 s)
-EPOCHS, MIN_STEPS, MAX_STEPS = 9, 150, 1000
+#: validation tissues (v0.4 base, two CPU cores; whole runs of each length: benchmarks/results/
+#: adapt_steps_validation.csv, adapt_vs_scvi_validation_steps100.csv and _v2.csv): mean few-shot F1 of sorted PBMCs and Darmanis brain 0.776 at
+#: 50 steps, 0.777 at 75, 0.780 at 100, 0.779 at 150; mean Leiden ARI 0.829, 0.843, 0.836, 0.802. 100 steps has the
+#: best F1, an ARI within 0.007 of the best, and a third less time than 150 (174 s against 257 s on PBMCs)
+EPOCHS, MIN_STEPS, MAX_STEPS = 6, 100, 1000
 
 
 def default_steps(n_cells: int, batch_size: int = 64) -> int:
     """``steps=None``: :data:`EPOCHS` passes over ``n_cells`` in batches of ``batch_size``, clipped to
-    [:data:`MIN_STEPS`, :data:`MAX_STEPS`] (1,074 cells: 152 steps)."""
+    [:data:`MIN_STEPS`, :data:`MAX_STEPS`] (1,074 cells: 101 steps)."""
     return int(min(MAX_STEPS, max(MIN_STEPS, math.ceil(EPOCHS * n_cells / batch_size))))
 
 
@@ -102,7 +103,7 @@ def adapt(
     species
         Species of the genes, used only when they are not mapped yet (see :func:`biomjepa.pp.map_vocab`).
     steps
-        Training steps of 64 cells; default :func:`default_steps` (9 passes over the cells, 150–1,000 steps).
+        Training steps of 64 cells; default :func:`default_steps` (6 passes over the cells, 100–1,000 steps).
     time_budget
         Stop training after the first step that ends this many seconds after the call began (checked after
         every step; the learning-rate schedule stays that of ``steps``); the export and the embedding of the
