@@ -230,6 +230,22 @@ def test_adapt_vs_scvi_sets_parse_and_pancreas_only_by_name():
         parse_sets("pbmc_val,lung")
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--steps", "50", "--sets", "pbmc_val,pancreas_test"], "validation sets only"),
+    (["--steps", "50", "--sets", "lung"], "unknown set"),
+    (["--steps", "50,x"], "comma-separated integers"),
+    (["--steps", "0"], "positive integers"),
+])
+def test_adapt_steps_refuses_the_test_cells_and_bad_lengths_before_any_work(argv, message, monkeypatch):
+    """The length is chosen on validation cells: ``adapt_steps.py`` never scores the test cells, and refuses a bad
+    ``--steps`` before it loads a set or trains."""
+    from benchmarks.evaluation import adapt_steps
+
+    monkeypatch.setattr(adapt_steps, "run", lambda *a: pytest.fail("ran despite bad arguments"))
+    with pytest.raises(SystemExit, match=message):
+        adapt_steps.main(argv)
+
+
 # benchmarks/evaluation/validation_two_tissues.py: the shipping rule on a synthetic table (no model, no data)
 
 def _two_tissue_table(new: dict, old: dict, seeds: int = 10) -> pd.DataFrame:
