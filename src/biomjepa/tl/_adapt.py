@@ -38,9 +38,10 @@ MIN_CELLS = 200
 MAP_ROWS = 8192  # rows mapped at a time by the adapted checkpoint's readout map
 #: default steps: this many passes over the cells in 64-cell batches, within [MIN_STEPS, MAX_STEPS]. Chosen on the
 #: validation tissues (v0.4 base, two CPU cores; whole runs of each length: benchmarks/results/
-#: adapt_steps_validation.csv, adapt_vs_scvi_validation_steps100.csv and _v2.csv): mean few-shot F1 of sorted PBMCs and Darmanis brain 0.776 at
-#: 50 steps, 0.777 at 75, 0.780 at 100, 0.779 at 150; mean Leiden ARI 0.829, 0.843, 0.836, 0.802. 100 steps has the
-#: best F1, an ARI within 0.007 of the best, and a third less time than 150 (174 s against 257 s on PBMCs)
+#: adapt_steps_validation.csv, adapt_vs_scvi_validation_steps100.csv and _v2.csv): mean few-shot F1 of sorted
+#: PBMCs and Darmanis brain 0.776 at 50 steps, 0.777 at 75, 0.780 at 100, 0.779 at 150; mean Leiden ARI 0.829,
+#: 0.843, 0.836, 0.802. 100 steps has the best F1, an ARI within 0.007 of the best, and a third less time than 150
+#: (174 s against 257 s on PBMCs)
 EPOCHS, MIN_STEPS, MAX_STEPS = 6, 100, 1000
 
 

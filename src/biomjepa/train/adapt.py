@@ -46,8 +46,8 @@ GRAPH_CACHE, GRAPH_CACHE_KEEP = "adapt-graphs", 8
 #: ``encoder``: the exported encoder, ``student`` (the one the optimizer trains) or ``teacher`` (its EMA);
 #: ``pooling``: the exported readout (:data:`biomjepa.nn.pooling.POOLINGS`; ``None``: the base checkpoint's).
 #: Chosen on validation tissues only, on the v0.4 base (sorted PBMCs, Darmanis brain as reads; 10 Leiden seeds;
-#: benchmarks/results/adapt_curve_validation_v0.4_both.csv), at the then default length (150 steps), by the mean of both
-#: tissues: gene embeddings re-initialised from the cells' PCA loadings (``pca``) beat keeping the checkpoint's
+#: benchmarks/results/adapt_curve_validation_v0.4_both.csv), at the then default length (150 steps), by the mean
+#: of both tissues: gene embeddings re-initialised from the cells' PCA loadings (``pca``) beat keeping the checkpoint's
 #: (F1 0.772 / ARI 0.793 with the teacher's ``max_top5``, against the kept student's 0.771 / 0.748); the readout
 #: ``max_top5_mean_wmean`` (both) beats either half (pca teacher: 0.780 / 0.805; ``mean_wmean`` alone 0.775 / 0.770);
 #: and the EMA teacher, which with a re-initialised start clusters better than the student (0.780 / 0.805 against
