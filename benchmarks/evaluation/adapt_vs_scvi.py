@@ -12,7 +12,7 @@ user makes and nothing else (data loading and scoring are outside every clock):
   ``--scvi-epochs``; its latent mean;
 * ``PCA-50``: scanpy's standard path (``normalize_total``, ``log1p``, 2,000 HVGs, PCA-50;
   ``scanpy_defaults.standard_path``);
-* ``depth``: log library size and log detected genes, 2 numbers per cell (``validation_two_tissues``' trivial
+* ``depth``: log library size and log detected genes, 2 numbers per cell (``validation_tissues``' trivial
   baseline).
 
 Each representation is scored with the same protocol: few-shot k = 5 macro-F1 (linear SVM,
@@ -21,7 +21,7 @@ resolution 1, igraph; ``scanpy_defaults.leiden_scores``) over seeds 0–9 on the
 
 Sets (``adapt_curve.load_set``): ``pbmc_val`` = the 1,072 held-out sorted PBMCs (droplet UMIs);
 ``brain_val`` = Darmanis brain, 420 cells (46 ``hybrid`` dropped), C1 read counts, so every call gets
-``input="reads"`` (molecule equivalents for the model, raw reads for scVI and PCA, as ``validation_two_tissues``
+``input="reads"`` (molecule equivalents for the model, raw reads for scVI and PCA, as ``validation_tissues``
 reads them); ``pancreas_test`` = the 1,074 bundled pancreas cells (UMIs), the test cells: reported once, only
 when asked for by name. scvi-tools lives in the benchmark's own environment, never in biomjepa's dependencies::
 
@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `b
 from benchmarks._common import REPO, write_csv
 from benchmarks.evaluation.adapt_curve import INPUT, load_set
 from benchmarks.evaluation.scanpy_defaults import leiden_scores, standard_path
-from benchmarks.evaluation.validation_two_tissues import add_depth
+from benchmarks.evaluation.validation_tissues import add_depth
 
 DEFAULT_SETS = ("pbmc_val", "brain_val")
 ZERO_SHOT, ADAPT, SCVI, PCA, DEPTH = "zero-shot", "adapt", "scVI", "PCA-50", "depth"

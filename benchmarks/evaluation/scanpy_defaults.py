@@ -54,6 +54,19 @@ def leiden_scores(Z: np.ndarray, labels: np.ndarray, seeds: tuple[int, ...] = (0
     return out
 
 
+def knn_agreement(Z: np.ndarray, labels: np.ndarray, k: int = 15) -> float:
+    """Mean share of each cell's ``k`` nearest other cells (Euclidean, as ``sc.pp.neighbors``' default metric)
+    that carry its label: how much of the annotation the neighbour graph on ``Z`` holds, before any clustering."""
+    from sklearn.neighbors import NearestNeighbors
+
+    labels = np.asarray(labels)
+    if len(labels) <= k:
+        raise ValueError(f"knn_agreement: k={k} needs more than k cells, got {len(labels)}")
+    idx = NearestNeighbors(n_neighbors=k + 1).fit(Z).kneighbors(Z, return_distance=False)
+    others = np.array([row[row != i][:k] for i, row in enumerate(idx)])  # drop the cell itself (ties may move it)
+    return float((labels[others] == labels[:, None]).mean())
+
+
 def standard_path(adata, *, lognorm: bool) -> np.ndarray:
     """PCA-50 of 2,000 HVGs of the log-normalized cells (scanpy's standard path)."""
     import scanpy as sc

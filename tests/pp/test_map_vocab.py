@@ -308,11 +308,29 @@ PANELS = {
 }
 
 
-#: how each file of ../shared/data/scrna names its genes (its README): mouse symbols, or Ensembl ids with the
-#: symbols in a column
-MAPPING_KEYS = {"baron2016": {}, "zilionis2019": {"species": "mouse"}, "grun2016": {"species": "mouse"},
-                "islam2011": {"species": "mouse"}, "goolam2016": {"species": "mouse", "gene_key": "gene_symbol"},
-                "mls": {"gene_key": "gene_symbol"}}
+#: how each file of ../shared/data/scrna names its genes (its README), by file-name prefix: mouse symbols, or
+#: Ensembl ids with the symbols in a column. The longest matching prefix wins (the two Macosko 2015 files share
+#: ``macosko2015_``: one human, one mouse); a file no prefix names is human symbols.
+MOUSE = {"species": "mouse"}
+MAPPING_KEYS = {"baron2016_mouse": MOUSE, "zilionis2019": MOUSE, "grun2016": MOUSE, "islam2011": MOUSE,
+                "goolam2016": {**MOUSE, "gene_key": "gene_symbol"}, "mls": {"gene_key": "gene_symbol"},
+                # the v0.5 files (2026-11-28): seven mouse, Friedman 2018 with Ensembl ids and a symbol column
+                "hochgerner2018": MOUSE, "jaitin2014": MOUSE, "vanhove2019": MOUSE, "tabulamuris2018": MOUSE,
+                "macosko2015_mouse": MOUSE, "nowotschin2019": MOUSE, "ting2014": MOUSE,
+                "friedman2018": {"gene_key": "gene_symbol"}}
+
+
+def mapping_keys(name: str) -> dict:
+    """``map_vocab``'s keywords for the shared file ``name`` (:data:`MAPPING_KEYS`, longest prefix first)."""
+    hits = [p for p in MAPPING_KEYS if name.startswith(p)]
+    return MAPPING_KEYS[max(hits, key=len)] if hits else {}
+
+
+def test_mapping_keys_tell_the_macosko_files_apart():
+    assert mapping_keys("macosko2015_mouse_nih3t3_cellline_dropseq_714cells_raw.h5ad") == MOUSE
+    assert mapping_keys("macosko2015_human_hek293t_cellline_dropseq_933cells_raw.h5ad") == {}
+    assert mapping_keys("baron2016_mouse_pancreas_1886cells_raw.h5ad") == MOUSE
+    assert mapping_keys("baron2016_pancreas_2142cells_raw.h5ad") == {}
 
 
 @pytest.mark.shared
@@ -325,8 +343,7 @@ def test_panel_warning_on_real_files(shared_data):
         a = ad.read_h5ad(f, backed="r")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            mouse = {"species": "mouse"} if f.name.startswith("baron2016_mouse") else {}
-            bj.pp.map_vocab(a, **(mouse or MAPPING_KEYS.get(f.name.split("_")[0], {})))
+            bj.pp.map_vocab(a, **mapping_keys(f.name))
         warned = any("gene panel" in str(w.message) for w in caught)
         assert warned == (f.name in PANELS), (f.name, report(a)["vocab_coverage"])
         a.file.close()

@@ -216,3 +216,34 @@ def test_the_older_bf16_key_may_not_contradict_precision():
         load_config("tiny", ["loop.bf16=false", "loop.precision=bf16"])  # it silently trained in float32
     assert load_config("tiny", ["loop.bf16=false"]).loop.amp == "fp32"  # an older config alone still reads
     assert load_config("tiny", ["loop.bf16=true", "loop.precision=bf16"]).loop.amp == "bf16"
+
+
+#: what no corpus may hold (the test and validation cells) and what is not whole-transcriptome (panels)
+HELD_OUT = {"darmanis2015_brain_466cells_raw.h5ad", "tabulamuris2018_mouse_immune_10x_1000cells_raw.h5ad",
+            "pbmc_10x_1kv2_1kv3_5prime_2860cells_raw.h5ad"}
+PANELS = {"kang2018_pbmc_8684cells_raw.h5ad", "norman2019_mcfaline2023_subset_500genes.h5ad",
+          "papalexi2021_thp1_crispr_20729cells_299genes.h5ad"}
+#: files that share cells with a held-out set: in the corpus only without them
+PARTLY_HELD_OUT = {"baron2016_pancreas_2142cells_raw.h5ad": "heldout_baron2016_pancreas.txt",
+                   "pbmc_sorted_2140cells_raw.h5ad": "heldout_pbmc_sorted.txt"}
+
+
+@pytest.mark.shared
+def test_v05_corpus_is_every_whole_transcriptome_file_but_the_held_out(shared_data):
+    """Issue 54: the v0.5 recipe trains on every whole-transcriptome file of ../shared/data/scrna except the three
+    validation tissues and the multi-chemistry PBMCs, and on the Baron and sorted-PBMC files without their test
+    and validation cells; plate read counts enter as reads. A file added to ../shared without a decision fails."""
+    from pathlib import Path
+
+    recipe = Path(__file__).resolve().parents[2] / "models" / "biomjepa-mini-v0.5.yaml"
+    if not recipe.is_file():
+        pytest.skip("models/biomjepa-mini-v0.5.yaml not in this checkout")
+    corpus = {Path(e["path"]).name: e for e in load_config(recipe).data.corpus}
+    files = {f.name for f in (shared_data / "scrna").glob("*.h5ad")}
+    assert set(corpus) == files - HELD_OUT - PANELS
+    for name, heldout in PARTLY_HELD_OUT.items():
+        assert Path(corpus[name]["exclude_obs"]).name == heldout
+    reads = {n for n, e in corpus.items() if e.get("counts") == "reads"}
+    assert {"ting2014_mouse_pancreatic_ctc_tumour_149cells_raw.h5ad", "pollen2014_neural_64cells_raw.h5ad"} <= reads
+    assert all(corpus[n].get("species") == "mouse" for n in corpus if "mouse" in n or n.startswith(
+        ("zilionis2019", "grun2016", "islam2011", "hochgerner2018", "jaitin2014", "vanhove2019", "nowotschin2019")))

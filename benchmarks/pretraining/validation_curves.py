@@ -1,4 +1,4 @@
-"""Learning curves of a v0.4 pretraining run on the two validation tissues, against presentations (issue 43, item 2).
+"""Learning curves of a pretraining run on the validation tissues, against presentations (issues 43 and 54).
 
 For every saved training state whose step is a multiple of ``--every`` (step 0 included when it was saved), and
 the last saved state whatever its step (what ``export_bundled.py`` exports by default), that the CSV does not
@@ -6,11 +6,12 @@ hold yet, the probed encoder (the EMA teacher; the student of a run with ``probe
 into a temporary directory once per readout of ``--readouts`` (:data:`biomjepa.nn.pooling.POOLINGS`), each with
 fixed feature statistics of that readout over ``--feature-cells`` cells of the run's own corpus cache
 (``scripts/export_bundled.py``'s ``readouts_from_corpus``: one embedding pass per state for all readouts). The
-exports are scored with ``validation_two_tissues.py``'s protocol (its ``score_set``, one call per tissue and
-state: the 20 %-thinned PBMCs are drawn once per call and re-embedded by each export) on ``pbmc`` (the 1,072
-held-out sorted PBMCs) and ``brain`` (the 420 Darmanis cells, read as reads): few-shot k = 5 macro-F1, Leiden
-ARI with scanpy's defaults (mean and s.d. over ``--leiden-seeds`` seeds) and, on ``pbmc``, the 20 %-thinned
-agreement.
+exports are scored with ``validation_tissues.py``'s protocol (its ``score_set``, one call per tissue and
+state: the 20 %-thinned PBMCs are drawn once per call and re-embedded by each export) on ``--tissues`` (default
+the three validation tissues: ``pbmc``, the 1,072 held-out sorted PBMCs; ``brain``, the 420 Darmanis cells read
+as reads; ``immune``, the 1,000 Tabula Muris mouse immune cells): few-shot k = 5 macro-F1, Leiden ARI with
+scanpy's defaults (mean and s.d. over ``--leiden-seeds`` seeds), 15-NN label agreement, the number of Leiden
+clusters and, on ``pbmc``, the 20 %-thinned agreement.
 
 Rows ``step, presentations, readout, set, metric, value`` are appended to ``results/<--csv>`` after each
 state, so it can follow a live run and be re-run (training states are only read; presentations = step ×
@@ -20,13 +21,15 @@ the same cells, scored once) with ``step = -1``; each ``--reference NAME=CHECKPO
 ``NAME`` with ``step = -2``, so the shipping rule (v0.4 against v0.3) reads from the same file.
 
 At the end it prints, per tissue × readout × metric, the step where the curve stops rising (the first step
-from which no later value exceeds it by more than ``--tol``) and the last step next to PCA-50 and the
-references; ``--plot PNG`` draws F1 and Leiden ARI against presentations (a panel per tissue × metric, a line
-per readout, PCA-50 and the references as horizontal lines). It is CPU-heavy: not beside a CPU training run.
+from which no later value exceeds it by more than ``--tol``), then per readout whether the mean over the
+tissues of F1 and of Leiden ARI has passed its best by ``--patience`` probe points (the long run's stopping
+rule, issue 54), and the last step next to PCA-50 and the references; ``--plot PNG`` draws F1, Leiden ARI and
+15-NN agreement against presentations (a panel per tissue × metric, a line per readout, PCA-50 and the
+references as horizontal lines). It is CPU-heavy: not beside a CPU training run.
 
-    python benchmarks/pretraining/curves_v04.py /tmp/bj_v04/runs/biomjepa-mini-v0.4 [--every 500] \\
-        [--readouts max_top5 mean_wmean] [--reference v0.3=biomjepa-mini-v0.3] [--leiden-seeds 10] \\
-        [--csv pretrain_curves_v0.4.csv] [--plot docs/figures/pretrain_curves_v0.4.png]
+    python benchmarks/pretraining/validation_curves.py /work/bj_v05/runs/biomjepa-mini-v0.5 [--every 500] \\
+        [--readouts max_top5 mean_wmean] [--reference v0.4=biomjepa-mini-v0.4] [--leiden-seeds 10] \\
+        [--tissues pbmc brain immune] [--csv pretrain_curves_v0.5.csv] [--plot docs/figures/pretrain_curves_v0.5.png]
 """
 
 from __future__ import annotations
@@ -42,15 +45,17 @@ import numpy as np
 import pandas as pd
 
 from benchmarks._common import RESULTS, write_csv
-from benchmarks.evaluation.validation_two_tissues import score_set
+from benchmarks.evaluation.validation_tissues import SETS, TISSUES, score_set
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))  # export_bundled
 
-TISSUES = {"pbmc": "sorted PBMCs", "brain": "Darmanis brain (reads)"}
-METRICS = ("f1", "leiden_ari_mean", "leiden_ari_sd", "thinned_agreement")
-PLOTTED = {"f1": "few-shot k = 5 macro-F1", "leiden_ari_mean": "Leiden ARI (scanpy defaults)"}
-BASELINES = ("pca50", "depth")  # validation_two_tissues' names of PCA-50 and the depth baseline
+TITLES = {"pbmc": "sorted PBMCs", "brain": "Darmanis brain (reads)", "immune": "Tabula Muris immune (mouse)"}
+METRICS = ("f1", "leiden_ari_mean", "leiden_ari_sd", "knn15_agreement", "n_clusters", "thinned_agreement")
+PLOTTED = {"f1": "few-shot k = 5 macro-F1", "leiden_ari_mean": "Leiden ARI (scanpy defaults)",
+           "knn15_agreement": "15-NN label agreement"}
+RULE = ("f1", "leiden_ari_mean")  # the curves the stopping rule and the shipping rule read
+BASELINES = ("pca50", "depth")  # validation_tissues' names of PCA-50 and the depth baseline
 BASELINE, REFERENCE = -1, -2  # the step of their rows, of the --reference rows
 
 
@@ -70,6 +75,15 @@ def stops_rising(steps, values, tol: float = 0.01) -> int:
     order = np.argsort(np.asarray(steps))
     s, v = np.asarray(steps)[order], np.asarray(values, float)[order]
     return next(int(s[i]) for i in range(len(v)) if not (v[i + 1:] > v[i] + tol).any())
+
+
+def passed_best(steps, values, patience: int = 2) -> tuple[int, bool]:
+    """``(best step, passed)``: where the curve is highest (the earliest such step), and whether ``patience`` or
+    more later probe points follow it, none of them above it."""
+    order = np.argsort(np.asarray(steps))
+    s, v = np.asarray(steps)[order], np.asarray(values, float)[order]
+    best = int(np.argmax(v))
+    return int(s[best]), len(v) - 1 - best >= patience
 
 
 def export_state(path: Path, run: Path, readouts: list[str], feature_cells: int, world: int,
@@ -93,10 +107,10 @@ def export_state(path: Path, run: Path, readouts: list[str], feature_cells: int,
     return step, step * int(cfg["batch_size"]) * int(cfg["accumulation"]) * world, out
 
 
-def score(checkpoints: dict[str, str], tags: dict[str, tuple], leiden_seeds: int) -> list[dict]:
-    """``score_set``'s rows on both tissues, long; only the representations in ``tags`` (→ step, presentations)."""
+def score(checkpoints: dict[str, str], tags: dict[str, tuple], leiden_seeds: int, tissues) -> list[dict]:
+    """``score_set``'s rows on ``tissues``, long; only the representations in ``tags`` (→ step, presentations)."""
     rows = []
-    for name in TISSUES:
+    for name in tissues:
         for r in score_set(name, checkpoints, leiden_seeds):
             if r["representation"] not in tags:
                 continue
@@ -107,8 +121,28 @@ def score(checkpoints: dict[str, str], tags: dict[str, tuple], leiden_seeds: int
     return rows
 
 
-def summarize(table: pd.DataFrame, tol: float) -> None:
-    """Where each curve stops rising, and the last step next to PCA-50 and the references."""
+def stopping_rule(curves: pd.DataFrame, tissues, patience: int) -> None:
+    """Per readout: the best step of the mean over ``tissues`` of each :data:`RULE` curve, and whether both have
+    passed it by ``patience`` probe points (steps scored on every tissue only)."""
+    print(f"\nthe mean over {', '.join(tissues)}: best step, and passed by {patience} probe points?")
+    sub = curves[curves["set"].isin(tissues) & curves["metric"].isin(RULE)]
+    for k, g in sub.groupby("readout"):
+        mean = g.pivot_table(index="step", columns=["metric", "set"], values="value").dropna()
+        verdicts = []
+        for m in RULE:
+            if m not in mean.columns.get_level_values(0):
+                continue
+            curve = mean[m][list(tissues)].mean(axis=1)
+            best, passed = passed_best(curve.index, curve.to_numpy(), patience)
+            verdicts.append(passed)
+            print(f"{k:18s} {m:16s} best {curve.max():.3f} at step {best}; last {curve.iloc[-1]:.3f} at step "
+                  f"{int(curve.index[-1])}: {'passed' if passed else 'not passed'}")
+        print(f"{k:18s} both curves passed their best: {'yes' if verdicts and all(verdicts) else 'no'}")
+
+
+def summarize(table: pd.DataFrame, tol: float, tissues, patience: int) -> None:
+    """Where each curve stops rising, the stopping rule, and the last step next to PCA-50 and the references."""
+    table = table[table["set"].isin(tissues)]
     curves = table[(table["step"] >= 0) & table["metric"].isin(PLOTTED)]
     if curves.empty:
         return
@@ -119,16 +153,18 @@ def summarize(table: pd.DataFrame, tol: float) -> None:
         rising = "  (still rising at the last state)" if at == g["step"].max() and len(g) > 1 else ""
         print(f"{name:6s} {k:18s} {m:16s} step {at} ({int(here['presentations']):,} presentations): "
               f"{here['value']:.3f}, best {g['value'].max():.3f}{rising}")
+    stopping_rule(curves, tissues, patience)
     last = int(curves["step"].max())
     show = table[((table["step"] == last) | (table["step"] < 0)) & table["metric"].isin(PLOTTED)]
     t = show.pivot_table(index="readout", columns=["metric", "set"], values="value")
     for m in PLOTTED:
-        t[(m, "mean")] = t[m][list(TISSUES)].mean(axis=1)
+        if m in t.columns.get_level_values(0):
+            t[(m, "mean")] = t[m][[c for c in tissues if c in t[m]]].mean(axis=1)
     print(f"\nstep {last} (readouts) next to PCA-50, depth and the references\n"
           + t.sort_index(axis=1).round(3).to_string())
 
 
-def plot(table: pd.DataFrame, png: str) -> None:
+def plot(table: pd.DataFrame, png: str, tissues) -> None:
     import matplotlib as mpl
 
     mpl.use("Agg")
@@ -136,8 +172,10 @@ def plot(table: pd.DataFrame, png: str) -> None:
 
     readouts = sorted(table.loc[table["step"] >= 0, "readout"].unique())
     refs = sorted(table.loc[table["step"] == REFERENCE, "readout"].unique())
-    fig, axes = plt.subplots(len(TISSUES), len(PLOTTED), figsize=(10, 7), squeeze=False)
-    for i, (name, tissue) in enumerate(TISSUES.items()):
+    fig, axes = plt.subplots(len(tissues), len(PLOTTED), figsize=(4.2 * len(PLOTTED), 2.9 * len(tissues)),
+                             squeeze=False)
+    for i, name in enumerate(tissues):
+        tissue = TITLES.get(name, name)
         for j, (metric, label) in enumerate(PLOTTED.items()):
             ax, sub = axes[i, j], table[(table["set"] == name) & (table["metric"] == metric)]
             for c, k in enumerate(readouts):
@@ -167,11 +205,14 @@ def main() -> None:
     p.add_argument("--readouts", nargs="+", default=["max_top5", "mean_wmean"],
                    help="readouts to export each state with (biomjepa.nn.pooling.POOLINGS)")
     p.add_argument("--reference", action="append", default=[], metavar="NAME=CHECKPOINT",
-                   help="a checkpoint scored once as rows with step = -2 (repeatable), e.g. v0.3=biomjepa-mini-v0.3")
+                   help="a checkpoint scored once as rows with step = -2 (repeatable), e.g. v0.4=biomjepa-mini-v0.4")
+    p.add_argument("--tissues", nargs="+", default=list(TISSUES), choices=[s for s in SETS if s != "chemistry"])
+    p.add_argument("--patience", type=int, default=2,
+                   help="probe points after the best for the stopping rule (issue 54: two)")
     p.add_argument("--leiden-seeds", type=int, default=10)
     p.add_argument("--feature-cells", type=int, default=1024, help="corpus cells for the fixed feature statistics")
     p.add_argument("--world-size", type=int, default=1, help="processes the run trained on (states do not record it)")
-    p.add_argument("--csv", default="pretrain_curves_v0.4.csv")
+    p.add_argument("--csv", default="pretrain_curves.csv", help="in benchmarks/results")
     p.add_argument("--plot", default=None, metavar="PNG", help="draw the curves into this figure")
     p.add_argument("--tol", type=float, default=0.01, help="a curve stops rising where no later value is above by more")
     args = p.parse_args()
@@ -185,7 +226,8 @@ def main() -> None:
 
     out = RESULTS / args.csv
     table = pd.read_csv(out) if out.exists() else pd.DataFrame(columns=["step", "readout"])
-    have = set(zip(table["step"].astype(int), table["readout"]))
+    done = table.groupby(["step", "readout"])["set"].agg(set) if len(table) else pd.Series(dtype=object)
+    have = {(int(st), k) for (st, k), sets in done.items() if set(args.tissues) <= sets}
     pending = {n: ck for n, ck in refs.items() if (REFERENCE, n) not in have}
     baseline = not (table["step"] == BASELINE).any()
     states = states_to_score((Path(args.run_dir) / "checkpoints").glob("step_*.pt"), args.every)
@@ -201,16 +243,21 @@ def main() -> None:
                                                              args.world_size, tmp)
                 cks |= exported
                 tags |= {k: (step, presentations) for k in exported}
-            new = pd.DataFrame(score(cks, tags, args.leiden_seeds))
-        table = pd.concat([table, new], ignore_index=True) if len(table) else new
+            new = pd.DataFrame(score(cks, tags, args.leiden_seeds, args.tissues))
+        if len(table):  # a state scored before on fewer tissues: its old rows give way to the new ones
+            key = ["step", "readout", "set"]
+            old = table.set_index(key).index.isin(new.set_index(key).index)
+            table = pd.concat([table[~old], new], ignore_index=True)
+        else:
+            table = new
         write_csv(table.to_dict("records"), args.csv)
         pending, baseline = {}, False
         t = new.pivot_table(index="readout", columns=["set", "metric"], values="value")
         print(f"{path.name if path else 'baselines and references'}\n" + t.round(3).to_string(), flush=True)
     print("results in", out)
-    summarize(table, args.tol)
+    summarize(table, args.tol, args.tissues, args.patience)
     if args.plot:
-        plot(table, args.plot)
+        plot(table, args.plot, args.tissues)
 
 
 if __name__ == "__main__":
