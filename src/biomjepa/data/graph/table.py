@@ -2,7 +2,7 @@
 
 * :class:`NeighbourTable` — out-neighbour lists in CSR layout, saved as ``{name}.npz`` + ``{name}.json``.
 * :class:`GeneGraph` — the block table (union, for BFS) and the coexpression 64-NN table (for DMT).
-* :func:`bfs_blocks` — batched breadth-first blocks (the pretraining target sampler's search);
+* :func:`bfs_blocks` (:mod:`.bfs`) — batched breadth-first blocks (the pretraining target sampler's search);
   :func:`bfs_programme` — the deterministic block around one seed gene (a graph programme).
 * ``_row_topk`` / ``_symmetric_topk`` — the sparse top-k helpers shared by both graph sources.
 
@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import sparse
+
+from .bfs import bfs_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -196,63 +198,6 @@ def _vocab(vocab):
 
 
 # --------------------------------------------------------------------------- breadth-first blocks
-def bfs_blocks(
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    seeds: np.ndarray,
-    sizes: np.ndarray,
-    V: int,
-    rng: np.random.Generator | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Batched BFS: for each pair ``p``, up to ``sizes[p]`` genes reached from ``seeds[p]``.
-
-    All pairs' frontiers expand together, one level at a time (gather the out-neighbours of every
-    frontier node, drop visited ones, deduplicate through a ``[P·V]`` scratch mask). The last level
-    is truncated to hit ``sizes[p]`` exactly, keeping the level's genes with the smallest rank under
-    a random permutation of the vocabulary drawn from ``rng`` (a uniformly random subset of the
-    level; ascending vocabulary index when ``rng`` is None). If the seed's component is exhausted
-    first, the block stops short (no restart). Pairs with ``seeds < 0`` get empty blocks.
-
-    Returns ``(pair, gene)`` int64 arrays grouped by pair, level by level (seed first) within a pair.
-    """
-    seeds, sizes = np.asarray(seeds, np.int64), np.asarray(sizes, np.int64)
-    P = len(seeds)
-    it = np.int32 if P * V < 2**31 else np.int64
-    perm = (rng.permutation(V) if rng is not None else np.arange(V)).astype(it)  # gene -> rank
-    inv = np.argsort(perm)  # rank -> gene
-    nbr_rank = perm[indices]
-    visited = np.zeros(P * V, dtype=bool)  # indexed by pair * V + rank
-    fresh = np.zeros(P * V, dtype=bool)
-    count = np.zeros(P, np.int64)
-    fp = np.flatnonzero((seeds >= 0) & (sizes > 0))
-    fn = seeds[fp]
-    visited[fp * V + perm[fn]] = True
-    count[fp] = 1
-    levels = [(fp, fn)]
-    while fp.size:
-        go = count[fp] < sizes[fp]
-        fp, fn = fp[go], fn[go]
-        start, deg = indptr[fn], indptr[fn + 1] - indptr[fn]
-        pos = np.arange(deg.sum(), dtype=it) + np.repeat((start - (np.cumsum(deg) - deg)).astype(it), deg)
-        fresh[np.repeat((fp * V).astype(it), deg) + nbr_rank[pos]] = True
-        fresh &= ~visited
-        key = np.flatnonzero(fresh)  # sorted by (pair, rank): distinct new genes of this level
-        fresh[key] = False
-        pair = key // V
-        n_new = np.bincount(pair, minlength=P)
-        rank = np.arange(key.size) - (np.cumsum(n_new) - n_new)[pair]
-        keep = rank < (sizes[pair] - count[pair])
-        key, pair = key[keep], pair[keep]
-        visited[key] = True
-        count += np.bincount(pair, minlength=P)
-        fp, fn = pair, inv[key % V]
-        levels.append((fp, fn))
-    pair = np.concatenate([lv[0] for lv in levels])
-    gene = np.concatenate([lv[1] for lv in levels])
-    order = np.argsort(pair, kind="stable")
-    return pair[order], gene[order]
-
-
 def bfs_programme(graph: GeneGraph | NeighbourTable, seed_gene: str | int, size: int, *, vocab=None) -> np.ndarray:
     """The BFS block of ``size`` genes around ``seed_gene``: a gene programme taken from the graph.
 
