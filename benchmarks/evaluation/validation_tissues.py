@@ -80,7 +80,9 @@ def add_depth(adata) -> str:
     return "X_depth"
 
 
-def score_set(name: str, checkpoints: dict[str, str], leiden_seeds: int) -> list[dict]:
+def score_set(name: str, checkpoints: dict[str, str], leiden_seeds: int, thinned: bool = True) -> list[dict]:
+    """Rows per representation of the set ``name``: the model checkpoints, PCA-50 and the depth baseline.
+    ``thinned=False`` leaves out the 20 %-thinned agreement (a second embedding pass of every checkpoint)."""
     import pandas as pd
 
     import biomjepa as bj
@@ -99,7 +101,7 @@ def score_set(name: str, checkpoints: dict[str, str], leiden_seeds: int) -> list
         reps.append(f"X_{model}")
     sub = adata[labelled].copy()
     parts = [bj.bench.annotation(sub, label_key="cell_type", use_reps=reps, shots=(5,), seeds=(42, 43, 44, 45, 46))]
-    if kind == "counts":
+    if kind == "counts" and thinned:
         thin = [r for r in reps if r != "X_depth"]
         parts.append(bj.bench.depth_robustness(sub, label_key="cell_type", use_reps=thin, fractions=(0.2,)))
     if batch_key is not None:
