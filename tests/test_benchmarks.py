@@ -363,3 +363,116 @@ def test_adapt_curve_builds_each_recipes_training_config_in_float32(tmp_path, mo
     assert cfg.data.teacher_genes == RECIPES["keep_lr3e-3_t256"]["teacher_genes"] == 256
     assert cfg.optim.lr == 3e-3 and cfg.loop.checkpoint_every == 4 and cfg.run.steps == 8
     assert cfg.loop.precision == "fp32"
+
+
+# benchmarks/evaluation/adapt_vs_scvi.py, issue 56: the tissue list, Leiden resolutions, readouts and seed spread
+
+def test_adapt_vs_scvi_runs_the_three_validation_tissues_by_default():
+    from benchmarks.evaluation.adapt_vs_scvi import TEST, parse_args
+    from benchmarks.evaluation.validation_tissues import TISSUES
+
+    args = parse_args([])
+    assert args.names == TISSUES == ("pbmc", "brain", "immune") and TEST not in args.names
+    assert args.seeds == [0, 1, 2] and args.resolutions == [0.5, 1.0, 2.0] and args.leiden_seeds == 10
+    assert parse_args(["--tissues", "immune", "pbmc", "immune"]).names == ("immune", "pbmc")
+    assert parse_args(["--test-cells"]).names == (TEST,)
+    assert parse_args(["--sets", "pbmc_val,brain_val"]).names == ("pbmc", "brain")  # the runs before issue 56
+    assert parse_args(["--tissues", "brain", "--adapted", "brain=A", "brain=B"]).adapted_dirs == {"brain": ["A", "B"]}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--tissues", "pbmc", "pancreas_test"], "is the test cells, not a validation tissue"),
+    (["--tissues", "pancreas"], "--test-cells"),
+    (["--test-cells", "--tissues", "pbmc"], "not allowed with"),
+    (["--sets", "brain_val,pancreas_test"], "scored alone"),
+    (["--tissues", "chemistry"], "unknown tissue"),
+    (["--resolutions", "0.5", "2"], "1 among them"),
+    (["--seeds", "0", "0"], "distinct"),
+    (["--tissues", "pbmc", "--adapted", "brain=DIR"], "not among the tissues run"),
+])
+def test_adapt_vs_scvi_refuses_the_test_cells_in_the_tissue_list(argv, message, capsys):
+    """The test cells are never a validation tissue: only ``--test-cells``, alone; bad lists fail before any work."""
+    from benchmarks.evaluation.adapt_vs_scvi import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_adapt_vs_scvi_leiden_resolutions_keep_leiden_scores_at_resolution_one():
+    """Three clusters far apart: resolutions 0.5 and 1 find them, 2 splits them; at resolution 1 the numbers are
+    ``leiden_scores``' own (the first call compiles scanpy's neighbour code once per session)."""
+    from benchmarks.evaluation.adapt_vs_scvi import leiden_resolutions
+    from benchmarks.evaluation.scanpy_defaults import leiden_scores
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(["a", "b", "c"], 30)
+    Z = np.r_[rng.normal(0, 1, (30, 4)), rng.normal(50, 1, (30, 4)), rng.normal(-50, 1, (30, 4))]
+    r = leiden_resolutions(Z, labels, seeds=(0, 1, 2), resolutions=(0.5, 1.0, 2.0))
+    ref = leiden_scores(Z, labels, seeds=(0, 1, 2))
+    assert {k: r[k] for k in ref} == ref
+    assert r["leiden_ari_mean_r1"] == ref["leiden_ari_mean"] and r["n_clusters_r1"] == ref["n_clusters"]
+    assert r["leiden_ari_mean_r0.5"] == r["leiden_ari_mean_r1"] == 1.0 and r["n_clusters_r0.5"] == 3
+    assert r["n_clusters_r2"] > 3 and r["leiden_ari_mean_r2"] < 1.0
+    blob = leiden_resolutions(rng.normal(size=(150, 5)), np.repeat(["x", "y"], 75), seeds=(0, 1))
+    assert blob["n_clusters_mean_r0.5"] < blob["n_clusters_mean_r1"] < blob["n_clusters_mean_r2"]
+    assert np.isnan(leiden_resolutions(Z, labels, seeds=(0,), resolutions=(1.0,))["leiden_ari_sd_r1"])
+
+
+def test_adapt_vs_scvi_readouts_are_the_halves_and_pca_maps_a_checkpoint_could_hold():
+    """The halves of ``max_top5_mean_wmean`` are its column blocks; a PCA held as a ``d × d`` matrix (the readout
+    record's ``whiten`` field) keeps every distance of its ``k`` components, whitened or not."""
+    from benchmarks.evaluation.adapt_vs_scvi import pca_map, readouts
+    from scipy.spatial.distance import pdist
+
+    rng = np.random.default_rng(1)
+    Z = rng.normal(size=(120, 3)) @ rng.normal(size=(3, 16)) * np.linspace(4, 0.5, 16) + 0.1 * rng.normal(size=(120, 16))
+    Z = ((Z - Z.mean(0)) / Z.std(0)).astype(np.float32)  # as tl.adapt exports it: standardized on these cells
+    R = {k: v[0] for k, v in readouts(Z, "max_top5_mean_wmean", pca_comps=(5,)).items()}
+    assert set(R) == {"max_top5", "mean_wmean", "pca5", "pca5_white", "pca5_dxd", "pca5_white_dxd"}
+    np.testing.assert_array_equal(R["max_top5"], Z[:, :8])
+    np.testing.assert_array_equal(R["mean_wmean"], Z[:, 8:])
+    assert R["pca5"].shape == (120, 5) and R["pca5_dxd"].shape == R["pca5_white_dxd"].shape == (120, 16)
+    var = R["pca5"].var(0, ddof=1)
+    assert np.all(np.diff(var) <= 1e-6) and var[0] > 3 * var[-1]
+    np.testing.assert_allclose(R["pca5_white"].std(0, ddof=1), 1.0, atol=1e-4)
+    for k in ("pca5", "pca5_white"):
+        np.testing.assert_allclose(pdist(R[f"{k}_dxd"]), pdist(R[k]), rtol=1e-4, atol=1e-4)
+    assert not np.allclose(pdist(R["pca5_white"]), pdist(R["pca5"]), rtol=1e-2)
+    assert set(readouts(Z, "max_top5", pca_comps=(5,))) == {"pca5", "pca5_white", "pca5_dxd", "pca5_white_dxd"}
+    with pytest.raises(ValueError, match="n_comps=16"):
+        pca_map(Z, 16)
+
+
+def _seeded_row(rep: str, seed, seconds: float, f1: float, ari: float) -> dict:
+    row = {"set": "immune", "representation": rep, "stat": "value", "n_cells": 1000, "seconds": seconds, "f1": f1,
+           "leiden_ari": ari - 0.01, "leiden_ari_mean": ari, "knn15_agreement": ari + 0.2}
+    return row if seed is None else {**row, "adapt_seed": seed}
+
+
+def test_adapt_vs_scvi_seed_spread_and_the_summary_read_the_seed_mean():
+    from benchmarks.evaluation.adapt_vs_scvi import ADAPT, PCA, SCVI, headline, seed_spread, summary
+
+    row = _seeded_row
+    rows = [row(ADAPT, 0, 60.0, 0.70, 0.50), row(f"{ADAPT} pca50", 0, 60.1, 0.60, 0.40),
+            row(ADAPT, 1, 66.0, 0.74, 0.60), row(f"{ADAPT} pca50", 1, 66.1, 0.62, 0.44),
+            row(ADAPT, 2, 72.0, 0.78, 0.70), row(f"{ADAPT} pca50", 2, 72.1, 0.64, 0.48),
+            row(SCVI, None, 120.0, 0.72, 0.65), row(PCA, None, 2.0, 0.60, 0.55)]
+    spread = seed_spread(rows)
+    by = {(r["representation"], r["stat"]): r for r in spread}
+    assert set(by) == {(ADAPT, "seed_mean"), (ADAPT, "seed_sd"), (f"{ADAPT} pca50", "seed_mean"),
+                       (f"{ADAPT} pca50", "seed_sd")}  # scVI and PCA-50 ran once: no spread
+    mean, sd = by[ADAPT, "seed_mean"], by[ADAPT, "seed_sd"]
+    assert mean["f1"] == pytest.approx(0.74) and sd["f1"] == pytest.approx(0.04)
+    assert mean["leiden_ari_mean"] == pytest.approx(0.60) and sd["leiden_ari_mean"] == pytest.approx(0.10)
+    assert mean["seconds"] == pytest.approx(66.0) and mean["n_seeds"] == 3 and mean["adapt_seeds"] == "0 1 2"
+    assert by[f"{ADAPT} pca50", "seed_mean"]["f1"] == pytest.approx(0.62)
+    s = summary(rows + spread)
+    assert s["set"] == "immune" and s["n_seeds"] == 3
+    assert s["f1_adapt_minus_scvi"] == pytest.approx(0.02) and s["ari_adapt_minus_pca"] == pytest.approx(0.05)
+    assert s["knn15_adapt_minus_scvi"] == pytest.approx(-0.05)
+    assert s["adapt_over_scvi_seconds"] == pytest.approx(0.55)
+    assert s["f1_adapt_seed_sd"] == pytest.approx(0.04) and s["ari_adapt_seed_sd"] == pytest.approx(0.10)
+    heads = {r["representation"]: r for r in headline(rows + spread + [s])}
+    assert len(headline(rows + spread + [s])) == 4 and heads[ADAPT]["stat"] == "seed_mean"
+    assert seed_spread([row(ADAPT, 0, 60.0, 0.7, 0.5), row(SCVI, None, 1.0, 0.7, 0.5)]) == []  # one seed: no spread

@@ -1,11 +1,14 @@
-"""``bj.tl.adapt`` against scVI on the same cells, same machine, one run: wall times and scores (issue 44, item 3).
+"""``bj.tl.adapt`` against scVI on the same cells, same machine, one run: wall times and scores (issues 44 and 56).
 
-Per cell set, in one process, one after another, each timed with ``time.perf_counter()`` around the calls a
+Per tissue, in one process, one after another, each timed with ``time.perf_counter()`` around the calls a
 user makes and nothing else (data loading and scoring are outside every clock):
 
-* ``zero-shot``: ``bj.pp.map_vocab`` and ``bj.tl.embed`` with the base checkpoint (``bj.settings.checkpoint``);
-* ``adapt``: ``bj.tl.adapt`` with its defaults (steps: ``default_steps``, 24 passes, 300–1,000 steps; ``--steps``
-  overrides), into a temporary ``out_dir`` removed afterwards; the genes are already mapped by the zero-shot call;
+* ``zero-shot``: ``bj.pp.map_vocab`` (the tissue's keywords: ``species="mouse"`` for the mouse tissue) and
+  ``bj.tl.embed`` with the base checkpoint (``--checkpoint``, default ``bj.settings.checkpoint``);
+* ``adapt``: ``bj.tl.adapt`` with its defaults (steps: ``default_steps``; ``--steps`` overrides), once per
+  adaptation seed (``--seeds``, default 0 1 2: issue 56 item 3, a change smaller than the seeds' spread is no
+  choice), into a temporary ``out_dir`` removed afterwards (``--keep DIR`` keeps them as ``DIR/<tissue>_seed<k>``);
+  the genes are already mapped by the zero-shot call;
 * ``scVI``: ``bj.bench.add_baselines(adata, ["scvi"])``: 2,000 HVGs (scanpy ``flavor="seurat"`` on the
   log-normalized cells), scvi-tools ``SCVI`` (10 latent dimensions, its other defaults, no batch: each set is
   one source) on their raw counts, for scvi-tools' default epochs (``min(400, 400 · 20,000 / n_cells)``) unless
@@ -15,37 +18,62 @@ user makes and nothing else (data loading and scoring are outside every clock):
 * ``depth``: log library size and log detected genes, 2 numbers per cell (``validation_tissues``' trivial
   baseline).
 
-Each representation is scored with the same protocol: few-shot k = 5 macro-F1 (linear SVM,
-``biomjepa.bench.probe.few_shot_f1``, seeds 42–46) and Leiden with scanpy's defaults (15 neighbours,
-resolution 1, igraph; ``scanpy_defaults.leiden_scores``) over seeds 0–9 on the same neighbour graph.
+Each adapted embedding is also read out as each readout an adapted checkpoint could export (issue 56 item 2,
+"the neighbour graph is the product"; :func:`readouts`, off with ``--no-readouts``), from ``obsm`` alone (no
+second embedding pass): ``adapt`` itself is the 512-feature ``max_top5_mean_wmean`` standardized with the adapted
+cells' statistics; ``adapt max_top5`` and ``adapt mean_wmean`` are its two halves (per-feature statistics, so
+each half is exactly that pooling exported alone); ``adapt pca50`` and ``adapt pca50_white`` a PCA to
+``--pca-comps`` components fitted on the adapted cells, whitened or not; ``adapt pca50_dxd`` and
+``adapt pca50_white_dxd`` the same map as the checkpoint format can hold it today, a ``d × d`` matrix ``P Vᵀ`` in
+the readout record's ``whiten`` field (:func:`square_map`: the same Euclidean distances, so the same neighbour
+graph, with ``d`` columns of rank ``k``; few-shot F1 differs, the probe standardizing every column).
 
-Sets (``adapt_curve.load_set``): ``pbmc_val`` = the 1,072 held-out sorted PBMCs (droplet UMIs);
-``brain_val`` = Darmanis brain, 420 cells (46 ``hybrid`` dropped), C1 read counts, so every call gets
-``input="reads"`` (molecule equivalents for the model, raw reads for scVI and PCA, as ``validation_tissues``
-reads them); ``pancreas_test`` = the 1,074 bundled pancreas cells (UMIs), the test cells: reported once, only
-when asked for by name. scvi-tools lives in the benchmark's own environment, never in biomjepa's dependencies::
+Every representation is scored with the same protocol, on the labelled cells: few-shot k = 5 macro-F1 (linear
+SVM, ``biomjepa.bench.probe.few_shot_f1``, seeds 42–46); Leiden with scanpy's defaults (15 neighbours, igraph)
+at resolutions 0.5, 1 and 2 (``--resolutions``) over seeds 0–9 on the same neighbour graph
+(:func:`leiden_resolutions`; at resolution 1 the numbers of ``scanpy_defaults.leiden_scores``); the number of
+Leiden clusters against the number of types; 15-NN label agreement (``scanpy_defaults.knn_agreement``).
+
+Tissues (``--tissues``, default the three validation tissues of ``validation_tissues.TISSUES``, each loaded
+through ``validation_tissues.SETS``): ``pbmc`` (1,072 held-out sorted PBMCs, droplet UMIs), ``brain`` (Darmanis,
+420 cells, C1 read counts, so every call gets ``input="reads"``: molecule equivalents for the model, raw reads
+for scVI and PCA), ``immune`` (Tabula Muris mouse immune, 1,000 cells of 5 types, mapped with
+``species="mouse"``). The test cells (``pancreas_test``, the 1,074 bundled pancreas cells) are never a
+``--tissues`` entry: only ``--test-cells``, alone, once, after the choice. ``--sets`` keeps the names of the runs
+before issue 56 (``pbmc_val``, ``brain_val``, ``pancreas_test``: the same cells). ``--adapted TISSUE=DIR``
+scores a checkpoint adapted earlier (e.g. kept with ``--keep``) instead of adapting (``seconds`` is then its
+embedding pass; ``train_seconds`` its record's). scvi-tools lives in the benchmark's own environment, never in
+biomjepa's dependencies::
 
     python -m venv --system-site-packages .venv-scvi && .venv-scvi/bin/pip install "scvi-tools>=1.1"
-    .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py                     # pbmc_val, brain_val
-    .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py --sets pancreas_test   # the test cells, once
+    .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py                  # pbmc brain immune, seeds 0 1 2
+    .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py --tissues brain --seeds 0 --no-readouts
+    .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py --test-cells     # the test cells, once
     CUDA_VISIBLE_DEVICES= .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py --threads 4   # a laptop
 
 Both models run on ``bj.settings.device`` (``"auto"``: a GPU where there is one; hide it for CPU figures).
-Writes ``benchmarks/results/adapt_vs_scvi_<sets>.csv`` (``--csv``). Columns of a representation row: ``set``,
-``representation``, ``n_cells``, ``seconds`` (wall time of its calls), ``f1``, ``leiden_ari`` (seed 0: what a
-user gets), ``leiden_ari_mean`` and ``leiden_ari_sd`` (seeds 0–9), ``leiden_nmi``, ``n_clusters``; on ``adapt``
-rows ``steps``, ``steps_done``, ``train_seconds`` (adapt's own ``seconds``: from the call's start to the end of
-training), ``precision`` and ``phase_<name>`` (seconds per phase, where adapt records them); on ``scVI`` rows
-``scvi_max_epochs``; on every row ``input``, ``load_average_1min`` (before the set) and the machine: ``cpu``,
-``cpu_flags``, ``torch_capability``, ``torch``, ``threads`` (torch's), ``bj_threads`` (``bj.settings.num_threads``),
-``cpu_count``, ``device``, ``scvi_tools``, ``commit``, ``date``. One ``summary`` row per set: ``adapt_over_scvi_seconds``,
-``adapt_over_pca_seconds``, ``f1_adapt_minus_scvi``, ``f1_adapt_minus_pca``, ``ari_adapt_minus_scvi`` and
-``ari_adapt_minus_pca`` (differences of ``leiden_ari_mean``).
+Writes ``benchmarks/results/adapt_vs_scvi_<tissues>.csv`` (``--csv``), one row per (tissue, representation,
+adaptation seed), wide as before. Columns of a representation row: ``set`` (the tissue), ``representation``,
+``adapt_seed`` (adapt and its readouts), ``stat`` (``value``: one measurement; ``seed_mean`` / ``seed_sd``: over
+the adaptation seeds, :func:`seed_spread`, with ``n_seeds``), ``n_cells`` (scored, labelled), ``n_obs``,
+``n_types``, ``dims``, ``seconds`` (wall time of its calls), ``f1``, ``knn15_agreement``, ``leiden_ari`` (seed 0,
+resolution 1: what a user gets), ``leiden_ari_mean`` and ``leiden_ari_sd`` (seeds 0–9, resolution 1),
+``leiden_nmi``, ``n_clusters`` (seed 0, resolution 1), and per resolution ``r``: ``leiden_ari_mean_r<r>``,
+``leiden_ari_sd_r<r>``, ``leiden_nmi_mean_r<r>``, ``n_clusters_r<r>`` (seed 0) and ``n_clusters_mean_r<r>``; on
+``adapt`` rows ``steps``, ``steps_done``, ``train_seconds`` (adapt's own ``seconds``: from the call's start to
+the end of training), ``precision``, ``graph`` (``built``, or ``cached`` when an earlier run of these cells and
+seed left its gene graph: a shorter set-up) and ``phase_<name>``; on ``scVI`` rows ``scvi_max_epochs``; on every
+row ``input``, ``base_checkpoint``, ``load_average_1min`` (before the tissue) and the machine: ``cpu``,
+``cpu_flags``, ``torch_capability``, ``torch``, ``threads`` (torch's), ``bj_threads``, ``cpu_count``, ``device``,
+``scvi_tools``, ``commit``, ``date``. One ``summary`` row per tissue (adapt's seed mean where there are several
+seeds): ``adapt_over_scvi_seconds``, ``adapt_over_pca_seconds``, ``{f1,ari,knn15}_adapt_minus_{scvi,pca}``
+(``ari``: differences of ``leiden_ari_mean``) and, with several seeds, ``{f1,ari,knn15}_adapt_seed_sd``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -60,43 +88,96 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `b
 
 from benchmarks._common import REPO, write_csv
 from benchmarks.evaluation.adapt_curve import INPUT, load_set
-from benchmarks.evaluation.scanpy_defaults import leiden_scores, standard_path
-from benchmarks.evaluation.validation_tissues import add_depth
+from benchmarks.evaluation.scanpy_defaults import knn_agreement, standard_path
+from benchmarks.evaluation.validation_tissues import SETS, TISSUES, add_depth
 
-DEFAULT_SETS = ("pbmc_val", "brain_val")
 ZERO_SHOT, ADAPT, SCVI, PCA, DEPTH = "zero-shot", "adapt", "scVI", "PCA-50", "depth"
+BASELINES = (ZERO_SHOT, SCVI, PCA, DEPTH)
+#: the test cells: scored once, after the choice, only with --test-cells (or --sets pancreas_test)
+TEST = "pancreas_test"
+#: the validation tissues --tissues takes (validation_tissues.SETS but its chemistry set: technical, not a tissue)
+VALIDATION = tuple(s for s in SETS if s != "chemistry")
+#: --sets' names (runs before issue 56) -> the tissue read now (the same cells)
+LEGACY = {"pbmc_val": "pbmc", "brain_val": "brain", TEST: TEST}
+DEFAULT_SETS = ("pbmc_val", "brain_val")  # --sets' names of the two-tissue runs (issue 44)
 LEIDEN_SEEDS = tuple(range(10))
+RESOLUTIONS = (0.5, 1.0, 2.0)
+ADAPT_SEEDS = (0, 1, 2)
+PCA_COMPS = (50,)
+KNN_K = 15
 SCVI_INSTALL = ('scvi-tools is not importable here. Install it in the benchmark\'s own environment, not as a '
                 'biomjepa dependency:\n  python -m venv --system-site-packages .venv-scvi && '
                 '.venv-scvi/bin/pip install "scvi-tools>=1.1"\nthen run this script with .venv-scvi/bin/python.')
 
 
-def zero_shot(a, kind: str) -> tuple[np.ndarray, dict]:
+# --- the cells ------------------------------------------------------------------------------------------------------
+
+def load_tissue(name: str) -> tuple:
+    """``(adata, labels, input kind, map_vocab keywords)`` of a validation tissue (``validation_tissues.SETS``)
+    or of the test cells (:data:`TEST`)."""
+    if name == TEST:
+        a, labels = load_set(TEST)
+        return a, labels, INPUT[TEST], {}
+    loader, kind, _, mapping = SETS[name]
+    a = loader()
+    return a, a.obs["cell_type"].astype(str).to_numpy(), kind, dict(mapping)
+
+
+def labelled(labels: np.ndarray) -> np.ndarray:
+    """Cells with a label (the loaders write missing labels as the string ``"nan"``)."""
+    labels = np.asarray(labels).astype(str)
+    return ~np.isin(labels, ("nan", "None", ""))
+
+
+# --- the representations, each timed --------------------------------------------------------------------------------
+
+def zero_shot(a, kind: str, mapping: dict | None = None, checkpoint: str | None = None) -> tuple[np.ndarray, dict]:
     """The base checkpoint's embedding (``map_vocab`` + ``embed``) and its wall time."""
     import biomjepa as bj
 
     t0 = time.perf_counter()
-    bj.pp.map_vocab(a)
-    bj.tl.embed(a, input=kind)
-    return a.obsm["X_biomjepa"], {"seconds": time.perf_counter() - t0, "checkpoint": str(bj.settings.checkpoint)}
+    bj.pp.map_vocab(a, **(mapping or {}))
+    bj.tl.embed(a, checkpoint=checkpoint, input=kind)
+    return a.obsm["X_biomjepa"].copy(), {"seconds": time.perf_counter() - t0}
 
 
-def adapted(a, kind: str, steps: int | None) -> tuple[np.ndarray, dict]:
-    """``bj.tl.adapt``'s embedding (``obsm["X_adapt"]``), its wall time and its own record."""
+def adapted(a, kind: str, steps: int | None, seed: int = 0, checkpoint: str | None = None,
+            keep: Path | None = None, species: str = "human") -> tuple[np.ndarray, dict]:
+    """``bj.tl.adapt``'s embedding (``obsm["X_adapt"]``) with ``seed``, its wall time and its own record; the
+    checkpoint in a temporary directory removed afterwards, or kept at ``keep``."""
     import biomjepa as bj
 
     tmp = Path(tempfile.mkdtemp(prefix="adapt_vs_scvi-"))
     try:
         t0 = time.perf_counter()
-        bj.tl.adapt(a, input=kind, steps=steps, out_dir=tmp / "adapted", key_added="X_adapt")
+        bj.tl.adapt(a, checkpoint=checkpoint, input=kind, species=species, steps=steps, seed=seed,
+                    out_dir=keep or tmp / "adapted", key_added="X_adapt")
         seconds = time.perf_counter() - t0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rec = a.uns["X_adapt"]["adapt"]
-    extra = {"seconds": seconds, "steps": rec["steps"], "steps_done": rec["steps_done"],
-             "train_seconds": rec["seconds"], "precision": rec["precision"]}
+    extra = {"seconds": seconds, "adapt_seed": int(seed), "steps": rec["steps"], "steps_done": rec["steps_done"],
+             "train_seconds": rec["seconds"], "precision": rec["precision"], "graph": rec.get("graph"),
+             "pooling": rec["recipe"]["pooling"]}
     extra |= {f"phase_{k}": v for k, v in (rec.get("phases") or {}).items()}
-    return a.obsm["X_adapt"], extra
+    return a.obsm["X_adapt"].copy(), extra
+
+
+def embedded_adapted(a, kind: str, directory: str) -> tuple[np.ndarray, dict]:
+    """A checkpoint adapted earlier (``--adapted``): these cells embedded with it, timed (the embedding pass
+    only), and what its provenance records of the adaptation."""
+    import biomjepa as bj
+
+    meta = json.loads((Path(directory) / "config.json").read_text())
+    rec = (meta.get("provenance") or {}).get("adapt") or {}
+    t0 = time.perf_counter()
+    bj.tl.embed(a, checkpoint=directory, input=kind, key_added="X_adapt")
+    seconds = time.perf_counter() - t0
+    extra = {"seconds": seconds, "adapt_seed": int(rec.get("seed", -1)), "steps": rec.get("steps"),
+             "steps_done": rec.get("steps_done"), "train_seconds": rec.get("seconds"),
+             "precision": rec.get("precision"), "pooling": meta["model"].get("pooling"), "adapted_from": directory,
+             "adapted_n_cells": (meta.get("readout") or {}).get("n_cells")}
+    return a.obsm["X_adapt"].copy(), extra
 
 
 def scvi_default_epochs(n_cells: int) -> int:
@@ -130,38 +211,213 @@ def depth_only(a) -> tuple[np.ndarray, dict]:
     return a.obsm[key], {"seconds": time.perf_counter() - t0}
 
 
-def score(name: str, labels: np.ndarray, rep: str, Z: np.ndarray, extra: dict) -> dict:
-    """One row: few-shot k = 5 F1 and Leiden ARI (seed 0, mean and s.d. over :data:`LEIDEN_SEEDS`)."""
+# --- issue 56 item 2: each readout an adapted checkpoint could export -----------------------------------------------
+
+def pca_map(Z: np.ndarray, n_comps: int, whiten: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """PCA of ``Z [n, d]`` (float64 SVD of the centred rows): ``(mean [d], P [d, k], V [d, k])``, ``V`` the
+    orthonormal loadings, ``P = V`` or, whitened, ``V / sqrt(variance)`` (unit-variance components); the
+    components of rows ``x`` are ``(x - mean) @ P``."""
+    Z = np.asarray(Z, np.float64)
+    n, d = Z.shape
+    if not 0 < n_comps < min(n, d):
+        raise ValueError(f"pca_map: n_comps={n_comps} must be in 1..{min(n, d) - 1} for {n} cells of {d} features")
+    mean = Z.mean(0)
+    _, s, vt = np.linalg.svd(Z - mean, full_matrices=False)
+    V = vt[:n_comps].T
+    if not whiten:
+        return mean, V, V
+    var = s[:n_comps] ** 2 / (n - 1)
+    return mean, V / np.sqrt(np.maximum(var, 1e-12)), V
+
+
+def square_map(P: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """``P Vᵀ [d, d]``: the reduction ``P [d, k]`` as the ``d × d`` matrix a checkpoint's readout record can hold
+    today (its ``whiten`` field, applied after the standardization): ``‖x P Vᵀ‖ = ‖x P‖`` for orthonormal ``V``,
+    so every Euclidean distance, hence ``sc.pp.neighbors``' graph, is that of the ``k`` components."""
+    return P @ V.T
+
+
+def readouts(Z: np.ndarray, pooling: str = "max_top5_mean_wmean", pca_comps=PCA_COMPS) -> dict[str, tuple]:
+    """Each readout an adapted checkpoint could export, from its standardized embedding ``Z`` (``obsm``):
+    ``{suffix: (embedding, seconds to derive it)}``. ``max_top5`` and ``mean_wmean``: the two halves of a
+    ``max_top5_mean_wmean`` readout (standardized per feature, so each is exactly that pooling exported alone;
+    none for another pooling); per ``k`` of ``pca_comps``: ``pca<k>`` and ``pca<k>_white`` (the components of a
+    PCA fitted on these, the adapted, cells), ``pca<k>_dxd`` and ``pca<k>_white_dxd`` (the same maps as a
+    ``d × d`` matrix applied to ``Z`` without centring, as a checkpoint's readout record would apply it:
+    :func:`square_map`)."""
+    Z = np.asarray(Z, np.float32)
+    out = {}
+    if pooling == "max_top5_mean_wmean":
+        half = Z.shape[1] // 2
+        out["max_top5"], out["mean_wmean"] = (Z[:, :half], 0.0), (Z[:, half:], 0.0)
+    for k in pca_comps:
+        for whiten, tag in ((False, ""), (True, "_white")):
+            t0 = time.perf_counter()
+            mean, P, V = pca_map(Z, k, whiten)
+            comps = ((Z - mean) @ P).astype(np.float32)
+            fitted = time.perf_counter() - t0
+            out[f"pca{k}{tag}"] = (comps, fitted)
+            t0 = time.perf_counter()
+            W = square_map(P, V)
+            out[f"pca{k}{tag}_dxd"] = ((Z.astype(np.float64) @ W).astype(np.float32),
+                                       fitted + time.perf_counter() - t0)
+    return out
+
+
+# --- scores ---------------------------------------------------------------------------------------------------------
+
+def _res(r: float) -> str:
+    return f"r{r:g}"
+
+
+def leiden_resolutions(Z: np.ndarray, labels: np.ndarray, seeds=LEIDEN_SEEDS, resolutions=RESOLUTIONS) -> dict:
+    """Leiden with scanpy's defaults at several resolutions on one neighbour graph of ``Z``
+    (``sc.pp.neighbors(use_rep=…)``, then ``sc.tl.leiden(flavor="igraph", n_iterations=2, directed=False)`` per
+    resolution and seed): ``scanpy_defaults.leiden_scores``' generalization to a resolution.
+
+    Per resolution ``r``: ``leiden_ari_mean_r<r>``, ``leiden_ari_sd_r<r>`` (ddof 1; NaN with one seed),
+    ``leiden_nmi_mean_r<r>``, ``n_clusters_r<r>`` (the first seed's) and ``n_clusters_mean_r<r>``. With
+    resolution 1 among them, also ``leiden_scores``' own columns, with its numbers: ``leiden_ari``, ``leiden_nmi``,
+    ``n_clusters`` (the first seed's) and, with several seeds, ``leiden_ari_mean``, ``leiden_ari_sd``,
+    ``leiden_nmi_mean``, ``n_seeds``."""
+    import anndata as ad
+    import scanpy as sc
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    seeds = tuple(seeds)
+    if not seeds:
+        raise ValueError("leiden_resolutions needs at least one seed")
+    a = ad.AnnData(np.zeros((len(Z), 1), np.float32))
+    a.obsm["Z"] = np.asarray(Z, np.float32)
+    sc.pp.neighbors(a, use_rep="Z", random_state=0)  # leiden_scores' graph
+    out = {}
+    for res in resolutions:
+        runs = []
+        for seed in seeds:
+            sc.tl.leiden(a, resolution=res, flavor="igraph", n_iterations=2, directed=False, random_state=seed)
+            c = a.obs["leiden"].to_numpy()
+            runs.append((adjusted_rand_score(labels, c), normalized_mutual_info_score(labels, c), len(set(c))))
+        ari, nmi, n = (np.asarray(x, float) for x in zip(*runs))
+        sd = float(ari.std(ddof=1)) if len(seeds) > 1 else float("nan")
+        r = _res(res)
+        out |= {f"leiden_ari_mean_{r}": float(ari.mean()), f"leiden_ari_sd_{r}": sd,
+                f"leiden_nmi_mean_{r}": float(nmi.mean()), f"n_clusters_{r}": int(n[0]),
+                f"n_clusters_mean_{r}": float(n.mean())}
+        if res == 1:
+            out |= {"leiden_ari": float(ari[0]), "leiden_nmi": float(nmi[0]), "n_clusters": int(n[0])}
+            if len(seeds) > 1:
+                out |= {"leiden_ari_mean": float(ari.mean()), "leiden_ari_sd": sd,
+                        "leiden_nmi_mean": float(nmi.mean()), "n_seeds": len(seeds)}
+    return out
+
+
+def score(name: str, labels: np.ndarray, rep: str, Z: np.ndarray, extra: dict, *, leiden_seeds=LEIDEN_SEEDS,
+          resolutions=RESOLUTIONS) -> dict:
+    """One row: few-shot k = 5 F1, Leiden at every resolution (:func:`leiden_resolutions`), 15-NN agreement."""
     from biomjepa.bench.probe import few_shot_f1
 
-    leiden = leiden_scores(Z, labels, seeds=LEIDEN_SEEDS)
-    r = {"set": name, "representation": rep, "n_cells": len(labels), "seconds": extra.pop("seconds"),
-         "f1": few_shot_f1(Z, labels)}
-    r |= {k: leiden[k] for k in ("leiden_ari", "leiden_ari_mean", "leiden_ari_sd", "leiden_nmi", "n_clusters")}
+    r = {"set": name, "representation": rep, "stat": "value", "n_cells": len(labels),
+         "n_types": len(set(labels)), "dims": int(np.shape(Z)[1]), "seconds": extra.pop("seconds"),
+         "f1": few_shot_f1(Z, labels), "knn15_agreement": knn_agreement(Z, labels, k=KNN_K)}
+    r |= leiden_resolutions(Z, labels, leiden_seeds, resolutions)
     return r | extra
 
 
-def run_set(name: str, steps: int | None, scvi_epochs: int | None) -> list[dict]:
-    """Every representation of one set, computed one after another (timed), then scored alike."""
-    a, labels = load_set(name)
-    kind = INPUT[name]
-    common = {"input": kind, "load_average_1min": os.getloadavg()[0]}
-    reps = {ZERO_SHOT: zero_shot(a, kind), ADAPT: adapted(a, kind, steps), SCVI: scvi_latent(a, kind, scvi_epochs),
-            PCA: pca_path(a), DEPTH: depth_only(a)}  # a dict literal: computed in this order
-    return [score(name, labels, rep, Z, {**extra, **common}) for rep, (Z, extra) in reps.items()]
+def seed_spread(rows: list[dict], key: str = "adapt_seed") -> list[dict]:
+    """Per (set, representation) measured with two adaptation seeds or more (rows with ``key``; rows without it
+    are left out): a ``seed_mean`` and a ``seed_sd`` (ddof 1) row of every numeric column (``n_seeds``,
+    ``adapt_seeds``: which)."""
+    import pandas as pd
+
+    seeded = [r for r in rows if r.get(key) is not None and r.get("stat", "value") == "value"]
+    if not seeded:
+        return []
+    t = pd.DataFrame(seeded)
+    out = []
+    for (s, rep), g in t.groupby(["set", "representation"], sort=False):
+        if g[key].nunique() < 2:
+            continue
+        num = g.select_dtypes("number").drop(columns=[key])
+        base = {"set": s, "representation": rep, "n_seeds": int(g[key].nunique()),
+                "adapt_seeds": " ".join(str(int(x)) for x in g[key])}
+        out.append({**base, "stat": "seed_mean", **num.mean().to_dict()})
+        out.append({**base, "stat": "seed_sd", **num.std(ddof=1).to_dict()})
+    return out
+
+
+def headline(rows: list[dict]) -> list[dict]:
+    """One row per (set, representation): the seed mean where there is one, else its one measurement (summary
+    rows and seed s.d. rows left out)."""
+    means = {(r["set"], r["representation"]) for r in rows if r.get("stat") == "seed_mean"}
+    return [r for r in rows if r.get("representation") != "summary" and (
+        r.get("stat") == "seed_mean" or (r.get("stat", "value") == "value" and (r["set"], r["representation"]) not in means))]
 
 
 def summary(rows: list[dict]) -> dict:
-    """adapt against scVI and PCA-50 in one set's rows: wall-time ratios, F1 and mean-ARI differences."""
-    by = {r["representation"]: r for r in rows}
-    ad, sv, pc = by[ADAPT], by[SCVI], by[PCA]
-    out = {"set": ad["set"], "representation": "summary", "n_cells": ad["n_cells"],
-           "adapt_over_scvi_seconds": ad["seconds"] / sv["seconds"],
-           "adapt_over_pca_seconds": ad["seconds"] / pc["seconds"]}
-    for metric, col in (("f1", "f1"), ("ari", "leiden_ari_mean")):
-        out[f"{metric}_adapt_minus_scvi"] = ad[col] - sv[col]
-        out[f"{metric}_adapt_minus_pca"] = ad[col] - pc[col]
+    """adapt against scVI and PCA-50 in one set's rows: wall-time ratios, F1, mean-ARI (resolution 1) and 15-NN
+    differences; adapt's seed mean where the rows hold one, with its seed s.d. beside."""
+    value = {r["representation"]: r for r in rows if r.get("stat", "value") == "value"}
+    means = {r["representation"]: r for r in rows if r.get("stat") == "seed_mean"}
+    sds = {r["representation"]: r for r in rows if r.get("stat") == "seed_sd"}
+    by = value | means
+    ad = by[ADAPT]
+    out = {"set": ad["set"], "representation": "summary", "stat": "summary", "n_cells": ad["n_cells"]}
+    for ref, tag in ((SCVI, "scvi"), (PCA, "pca")):
+        if ref not in by:
+            continue
+        out[f"adapt_over_{tag}_seconds"] = ad["seconds"] / by[ref]["seconds"]
+        for metric, col in (("f1", "f1"), ("ari", "leiden_ari_mean"), ("knn15", "knn15_agreement")):
+            if col in ad and col in by[ref]:
+                out[f"{metric}_adapt_minus_{tag}"] = ad[col] - by[ref][col]
+    if ADAPT in sds:
+        for metric, col in (("f1", "f1"), ("ari", "leiden_ari_mean"), ("knn15", "knn15_agreement")):
+            out[f"{metric}_adapt_seed_sd"] = sds[ADAPT].get(col)
+        out["n_seeds"] = sds[ADAPT]["n_seeds"]
     return out
+
+
+# --- the run --------------------------------------------------------------------------------------------------------
+
+def run_set(name: str, steps: int | None, scvi_epochs: int | None, *, seeds=(0,), checkpoint: str | None = None,
+            keep: Path | None = None, adapted_dirs=(), with_readouts: bool = True, pca_comps=PCA_COMPS,
+            baselines=BASELINES, leiden_seeds=LEIDEN_SEEDS, resolutions=RESOLUTIONS) -> list[dict]:
+    """Every representation of one tissue, computed one after another (timed), then scored alike on the
+    labelled cells; adapt once per seed (or the ``adapted_dirs`` checkpoints), each with its readouts."""
+    import biomjepa as bj
+
+    a, labels, kind, mapping = load_tissue(name)
+    keep_rows = labelled(labels)
+    common = {"input": kind, "load_average_1min": os.getloadavg()[0], "n_obs": int(a.n_obs),
+              "base_checkpoint": str(checkpoint or bj.settings.checkpoint)}
+    timed = []  # (representation, embedding, extra), computed in this order
+    if ZERO_SHOT in baselines:
+        timed.append((ZERO_SHOT, *zero_shot(a, kind, mapping, checkpoint)))  # maps the genes (adapt reads them)
+    else:
+        bj.pp.map_vocab(a, **mapping)  # untimed: adapt's clock never held the mapping
+    if adapted_dirs:
+        timed += [(ADAPT, *embedded_adapted(a, kind, d)) for d in adapted_dirs]
+    else:
+        for seed in seeds:
+            out = None if keep is None else keep / f"{name}_seed{seed}"
+            timed.append((ADAPT, *adapted(a, kind, steps, seed, checkpoint, out, mapping.get("species", "human"))))
+    if SCVI in baselines:
+        timed.append((SCVI, *scvi_latent(a, kind, scvi_epochs)))
+    if PCA in baselines:
+        timed.append((PCA, *pca_path(a)))
+    if DEPTH in baselines:
+        timed.append((DEPTH, *depth_only(a)))
+    y = labels[keep_rows]
+    rows = []
+    for rep, Z, extra in timed:
+        kw = {"leiden_seeds": leiden_seeds, "resolutions": resolutions}
+        seed_cols = {k: extra[k] for k in ("adapt_seed",) if k in extra}
+        adapt_seconds = extra["seconds"]
+        rows.append(score(name, y, rep, Z[keep_rows], {**extra, **common}, **kw))
+        if rep == ADAPT and with_readouts:
+            for suffix, (R, seconds) in readouts(Z, extra.get("pooling") or "", pca_comps).items():
+                rows.append(score(name, y, f"{ADAPT} {suffix}", R[keep_rows],
+                                  {"seconds": adapt_seconds + seconds, **seed_cols, **common}, **kw))
+    return rows + seed_spread(rows)
 
 
 def commit() -> str:
@@ -175,14 +431,17 @@ def commit() -> str:
 
 def machine() -> dict:
     """CPU, torch's capability and threads, cores, device, scvi-tools version, commit and date."""
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
     import biomjepa as bj
     from benchmarks.speed.bench_precision import machine as cpu_and_torch
 
+    try:
+        scvi = version("scvi-tools")
+    except PackageNotFoundError:
+        scvi = ""
     return {**cpu_and_torch(), "bj_threads": bj.settings.num_threads, "cpu_count": os.cpu_count(),
-            "device": bj.settings.device, "scvi_tools": version("scvi-tools"), "commit": commit(),
-            "date": time.strftime("%Y-%m-%d")}
+            "device": bj.settings.device, "scvi_tools": scvi, "commit": commit(), "date": time.strftime("%Y-%m-%d")}
 
 
 def parse_sets(text: str) -> tuple[str, ...]:
@@ -193,21 +452,94 @@ def parse_sets(text: str) -> tuple[str, ...]:
     return names
 
 
+def parse_tissue(text: str) -> str:
+    """A ``--tissues`` entry: a validation tissue; the test cells are refused (``--test-cells`` only)."""
+    if text in (TEST, "pancreas", "test"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is the test cells, not a validation tissue: they are scored once, after the choice, with "
+            "--test-cells (alone)")
+    if text not in VALIDATION:
+        raise argparse.ArgumentTypeError(f"unknown tissue {text!r}: choose from {', '.join(VALIDATION)}")
+    return text
+
+
+def parse_adapted(text: str) -> tuple[str, str]:
+    tissue, sep, directory = text.partition("=")
+    if not sep or not directory:
+        raise argparse.ArgumentTypeError(f"--adapted takes TISSUE=DIR, got {text!r}")
+    if tissue not in (*VALIDATION, TEST):
+        raise argparse.ArgumentTypeError(f"--adapted: unknown tissue {tissue!r}")
+    return tissue, directory
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--tissues", nargs="+", type=parse_tissue, default=None,
+                       help=f"validation tissues, of {' '.join(VALIDATION)} (default {' '.join(TISSUES)})")
+    which.add_argument("--test-cells", action="store_true",
+                       help=f"the test cells ({TEST}) alone: once, after the choice")
+    which.add_argument("--sets", type=parse_sets, default=None,
+                       help=f"the names of the runs before issue 56, comma-separated, of {', '.join(INPUT)}")
+    p.add_argument("--seeds", nargs="+", type=int, default=list(ADAPT_SEEDS),
+                   help="adaptation seeds (default 0 1 2: their mean and s.d. per tissue and measure)")
+    p.add_argument("--checkpoint", default=None, help="base checkpoint (default bj.settings.checkpoint)")
+    p.add_argument("--steps", type=int, default=None, help="adapt's steps (default: its own, default_steps)")
+    p.add_argument("--scvi-epochs", type=int, default=None, help="scVI max_epochs (default: scvi-tools' own)")
+    p.add_argument("--no-readouts", action="store_true", help="score the adapted embedding only, not each readout")
+    p.add_argument("--pca-comps", nargs="+", type=int, default=list(PCA_COMPS),
+                   help="components of the PCA readouts fitted on the adapted cells (default 50)")
+    p.add_argument("--resolutions", nargs="+", type=float, default=list(RESOLUTIONS),
+                   help="Leiden resolutions (default 0.5 1 2; 1 always included)")
+    p.add_argument("--leiden-seeds", type=int, default=len(LEIDEN_SEEDS), help="Leiden seeds 0..N-1 (default 10)")
+    p.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=BASELINES,
+                   help="representations beside adapt (default all)")
+    p.add_argument("--keep", type=Path, default=None, help="keep each adapted checkpoint as DIR/<tissue>_seed<k>")
+    p.add_argument("--adapted", nargs="+", type=parse_adapted, default=None, metavar="TISSUE=DIR",
+                   help="score these adapted checkpoints instead of adapting (repeat a tissue for several seeds)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads for every model (default: as is)")
+    p.add_argument("--csv", default=None, help="file name under benchmarks/results (default adapt_vs_scvi_<tissues>.csv)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The arguments, with ``names`` (the tissues to run, in order) resolved and checked before any work."""
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.test_cells:
+        args.names = (TEST,)
+    elif args.sets:
+        args.names = tuple(dict.fromkeys(LEGACY[s] for s in args.sets))
+    else:
+        args.names = tuple(dict.fromkeys(args.tissues or TISSUES))
+    if TEST in args.names and len(args.names) > 1:
+        p.error("the test cells are scored alone, once: not beside validation tissues in one run")
+    if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
+        p.error("--seeds: distinct non-negative integers")
+    if 1.0 not in args.resolutions or min(args.resolutions) <= 0:
+        p.error("--resolutions: positive numbers, 1 among them (scanpy's default)")
+    args.resolutions = sorted(set(args.resolutions))
+    if args.leiden_seeds < 1:
+        p.error("--leiden-seeds must be >= 1")
+    if args.steps is not None and args.steps < 1:
+        p.error("--steps must be a positive integer")
+    if any(k < 1 for k in args.pca_comps):
+        p.error("--pca-comps must be positive integers")
+    args.adapted_dirs = {}
+    for tissue, directory in args.adapted or ():
+        if tissue not in args.names:
+            p.error(f"--adapted {tissue}=...: {tissue} is not among the tissues run ({' '.join(args.names)})")
+        args.adapted_dirs.setdefault(tissue, []).append(directory)
+    return args
+
+
 def main(argv: list[str] | None = None) -> None:
     import importlib.util
 
     import pandas as pd
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sets", type=parse_sets, default=DEFAULT_SETS,
-                   help=f"comma-separated, of {', '.join(INPUT)} (default {','.join(DEFAULT_SETS)}; the test cells "
-                        "pancreas_test only by name)")
-    p.add_argument("--steps", type=int, default=None, help="adapt's steps (default: its own, default_steps)")
-    p.add_argument("--scvi-epochs", type=int, default=None, help="scVI max_epochs (default: scvi-tools' own)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads for every model (default: as is)")
-    p.add_argument("--csv", default=None, help="file name under benchmarks/results (default adapt_vs_scvi_<sets>.csv)")
-    args = p.parse_args(argv)
-    if importlib.util.find_spec("scvi") is None:
+    args = parse_args(argv)
+    if SCVI in args.baselines and importlib.util.find_spec("scvi") is None:
         raise SystemExit(SCVI_INSTALL)
     if args.threads is not None:
         import torch
@@ -217,13 +549,27 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
         bj.settings.num_threads = args.threads  # the tl tools' own thread setting: the same count
     info, rows = machine(), []
-    for name in args.sets:
-        set_rows = run_set(name, args.steps, args.scvi_epochs)
-        total = summary(set_rows)
-        rows += [r | info for r in [*set_rows, total]]
-        print(pd.DataFrame(set_rows).iloc[:, :9].round(3).to_string(index=False), flush=True)
-        print(pd.Series(total).to_string(), flush=True)
-    print(write_csv(rows, args.csv or f"adapt_vs_scvi_{'_'.join(args.sets)}.csv"))
+    show = ["representation", "adapt_seed", "stat", "dims", "seconds", "f1", "knn15_agreement",
+            *(f"leiden_ari_mean_{_res(r)}" for r in args.resolutions),
+            *(f"n_clusters_mean_{_res(r)}" for r in args.resolutions), "n_types"]
+    for name in args.names:
+        set_rows = run_set(name, args.steps, args.scvi_epochs, seeds=tuple(args.seeds), checkpoint=args.checkpoint,
+                           keep=args.keep, adapted_dirs=args.adapted_dirs.get(name, ()),
+                           with_readouts=not args.no_readouts, pca_comps=tuple(args.pca_comps),
+                           baselines=tuple(args.baselines), leiden_seeds=tuple(range(args.leiden_seeds)),
+                           resolutions=tuple(args.resolutions))
+        total = summary(set_rows) if any(r["representation"] == ADAPT for r in set_rows) else {}
+        rows += [r | info for r in [*set_rows, *([total] if total else [])]]
+        t = pd.DataFrame(set_rows)
+        print(f"\n== {name}\n" + t[[c for c in show if c in t]].round(3).to_string(index=False), flush=True)
+        print(pd.Series(total, dtype=object).to_string(), flush=True)
+    path = write_csv(rows, args.csv or f"adapt_vs_scvi_{'_'.join(args.names)}.csv")
+    t = pd.DataFrame(headline(rows))
+    if t["set"].nunique() > 1:  # per tissue, side by side (never only the mean)
+        cols = ["f1", "leiden_ari_mean", "knn15_agreement", "seconds"]
+        print("\n" + t.pivot_table(index="representation", columns="set", values=cols, sort=False).round(3)
+              .to_string(), flush=True)
+    print(path)
 
 
 if __name__ == "__main__":
