@@ -18,9 +18,19 @@ others); and, from one more step under ``torch.profiler``, the share of time in 
 ``[batch·genes, d] @ [d, d_ff]`` measured in the same process. Prints a table, writes
 ``results/<--out>``.
 
+Every row also holds the CPU's name and flags (``cpu``, ``cpu_flags``, ``torch_capability``, as
+``bench_precision.machine`` reads them) and the precision the loop ran in (``precision``: ``loop.precision``,
+``--precision`` when given, resolved on this device; ``auto`` is bf16 on CPUs with bf16 units). ``--teacher-genes
+256,512`` runs every recipe once per teacher view (rows ``NAME-t256``, ``NAME-t512``), so ``teacher_s`` and
+``step_s`` are measured per view size; ``--rounds N`` makes the recipes take turns in this process, ``--steps`` timed
+steps each per round, in alternating order (every recipe sees the same machine load; each recipe's figures are
+over all its rounds, ``step_s_min``/``step_s_max`` the spread of its per-round means).
+
     python benchmarks/speed/bench_train.py --recipe v0.2=models/biomjepa-mini-v0.2.yaml \\
         --recipe v0.3=models/biomjepa-mini-v0.3.yaml --steps 5 --out bench_train_recipes.csv
     python benchmarks/speed/bench_train.py --preset base --steps 2 --genes 1800 --batch 2
+    python benchmarks/speed/bench_train.py --recipe v0.5=models/biomjepa-mini-v0.5.yaml --teacher-genes 512,256 \\
+        --genes 2000 --precision fp32 --steps 2 --rounds 3 --profile --out bench_train_teacher_view.csv
 """
 
 from __future__ import annotations
@@ -87,59 +97,107 @@ def make_corpus(tmp: Path, n: int, genes: int, universe: int, V: int) -> str:
 
 def measure(name: str, over: dict, args, tmp: Path, graph: str, universe: int) -> dict:
     """Time ``args.steps`` optimizer steps of one recipe (after a warm-up) and count one step's FLOPs."""
-    import _kit
-    from torch.utils.flop_counter import FlopCounterMode
+    run = RecipeRun(name, over, args, tmp, graph, universe)
+    run.timed_steps(args.steps)
+    return run.result()
 
-    from benchmarks._common import gemm_gflops, peak_memory_mib, reset_peak_memory
-    from biomjepa.train import preset
-    from biomjepa.train.distributed import init_distributed
-    from biomjepa.train.loop import Trainer
 
-    over = {"batch_size": args.batch, "accumulation": 1, **over}
-    cells = over["batch_size"] * over["accumulation"]
-    corpus = make_corpus(tmp / name, cells * (args.steps + 2), args.genes, universe, _kit.V)
-    cfg = preset(args.preset).replace(
-        **over, corpus=[corpus], cache_dir=str(tmp / name / "c"), graph=graph, out_dir=str(tmp / name / "r"),
-        steps=args.steps + 2, min_block=int(0.1 * universe), max_block=int(0.4 * universe), min_context=64,
-        progress=False, tensorboard=False, checkpoint_every=10**9, gene_init="random", probe=None)
-    tr = Trainer(cfg, init_distributed(cfg.loop.device))
-    data = tr.batches()
+class RecipeRun:
+    """One recipe's :class:`~biomjepa.train.loop.Trainer` on its synthetic cells, warmed up by one step, then timed
+    in chunks of steps (:meth:`timed_steps`), so that several recipes can take turns in one process."""
 
-    def step() -> tuple[dict, float]:
+    def __init__(self, name: str, over: dict, args, tmp: Path, graph: str, universe: int, *, rounds: int = 1) -> None:
+        import _kit
+
+        from benchmarks._common import reset_peak_memory
+        from biomjepa.train import preset
+        from biomjepa.train.distributed import init_distributed
+        from biomjepa.train.loop import Trainer
+
+        self.name, self.args, self.profile = name, args, getattr(args, "profile", False)
+        over = {"batch_size": args.batch, "accumulation": 1, **over}
+        self.cells = over["batch_size"] * over["accumulation"]
+        steps = rounds * args.steps + 2  # the timed steps, the warm-up and the FLOP-counted step (the stream cycles)
+        corpus = make_corpus(tmp / name, self.cells * steps, args.genes, universe, _kit.V)
+        self.cfg = preset(args.preset).replace(
+            **over, corpus=[corpus], cache_dir=str(tmp / name / "c"), graph=graph, out_dir=str(tmp / name / "r"),
+            steps=steps, min_block=int(0.1 * universe), max_block=int(0.4 * universe), min_context=64,
+            progress=False, tensorboard=False, checkpoint_every=10**9, gene_init="random", probe=None)
+        self.tr = Trainer(self.cfg, init_distributed(self.cfg.loop.device))
+        self.data = self.tr.batches()
+        self.timed: list[tuple[dict, float]] = []
+        self.chunks: list[float] = []  # mean step time of every chunk (round)
+        self.sec: dict[str, float] = {}
+        reset_peak_memory(self.tr.info.device)
+        self.step()  # warm-up
+
+    def step(self) -> tuple[dict, float]:
         t0 = time.perf_counter()
-        row = tr.train_step(data)
+        row = self.tr.train_step(self.data)
         dt = time.perf_counter() - t0
-        tr.step += 1
-        return row | {"_cells": cells}, dt
+        self.tr.step += 1
+        return row | {"_cells": self.cells}, dt
 
-    reset_peak_memory(tr.info.device)
-    step()  # warm-up
-    clock = _PhaseClock(tr) if getattr(args, "profile", False) else None
-    if clock is not None:
-        data = clock.wrap(data)
-    timed = [step() for _ in range(args.steps)]
-    phases = clock.phases(sum(t for _, t in timed)) if clock is not None else {}
-    if clock is not None:
-        clock.close()
-        phases |= _op_shares(step)
-    peak = peak_memory_mib(tr.info.device)
-    with FlopCounterMode(display=False) as counter:
-        counted, _ = step()
-    flops_per_token = counter.get_total_flops() / _step_tokens(counted)
-    dt = float(np.mean([t for _, t in timed]))
-    tokens = float(np.mean([_step_tokens(r) for r, _ in timed]))
-    mc = cfg.model_config()
-    gflops = flops_per_token * tokens / dt / 1e9
-    gemm = gemm_gflops(cfg.data.batch_size * args.genes, mc.d_model, mc.d_ff, device=str(tr.info.device))
-    return {
-        "recipe": name, "preset": args.preset, "device": str(tr.info.device), "threads": torch.get_num_threads(),
-        "batch_size": cfg.data.batch_size, "accumulation": cfg.data.accumulation,
-        "teacher_genes": cfg.data.teacher_genes, "context_genes": cfg.data.context_genes, "genes_per_cell": args.genes, "timed_steps": args.steps, "step_s": dt,
-        "cells_per_s": cells / dt, "tokens_per_cell": tokens / cells, "tokens_per_s": tokens / dt,
-        "flops_per_token": flops_per_token, "gflops_per_cell": flops_per_token * tokens / cells / 1e9,
-        "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,
-        "loss_first": timed[0][0]["loss"], "loss_last": timed[-1][0]["loss"], "peak_mib": peak, **phases,
-    }
+    def timed_steps(self, n: int) -> None:
+        """``n`` more timed steps (with ``--profile``, their phases are added to the recipe's)."""
+        clock, data = (_PhaseClock(self.tr) if self.profile else None), self.data
+        if clock is not None:
+            self.data = clock.wrap(data)
+        try:
+            chunk = [self.step() for _ in range(n)]
+        finally:
+            if clock is not None:
+                clock.close()
+                self.data = data
+        self.timed += chunk
+        self.chunks.append(float(np.mean([t for _, t in chunk])))
+        if clock is not None:
+            for k, v in clock.sec.items():
+                self.sec[k] = self.sec.get(k, 0.0) + v
+
+    def result(self) -> dict:
+        """The recipe's row: its timed steps' rates, one FLOP-counted step, and the phases when profiled."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        from benchmarks._common import gemm_gflops, peak_memory_mib
+
+        timed, tr, cells = self.timed, self.tr, self.cells
+        phases = {}
+        if self.profile:
+            total = sum(t for _, t in timed)
+            s = self.sec
+            rest = total - s["data"] - s["objective"] - s["optimizer"] - s["ema"]
+            phases = {f"{k}_s": v for k, v in {**s, "rest": rest}.items()} | _op_shares(self.step)
+        peak = peak_memory_mib(tr.info.device)
+        with FlopCounterMode(display=False) as counter:
+            counted, _ = self.step()
+        flops_per_token = counter.get_total_flops() / _step_tokens(counted)
+        dt = float(np.mean([t for _, t in timed]))
+        tokens = float(np.mean([_step_tokens(r) for r, _ in timed]))
+        cfg, args = self.cfg, self.args
+        mc = cfg.model_config()
+        gflops = flops_per_token * tokens / dt / 1e9
+        gemm = gemm_gflops(cfg.data.batch_size * args.genes, mc.d_model, mc.d_ff, device=str(tr.info.device))
+        return {
+            "recipe": self.name, "preset": args.preset, "device": str(tr.info.device), "threads": torch.get_num_threads(),
+            "precision": "bf16" if counted.get("bf16") else "fp32",
+            "batch_size": cfg.data.batch_size, "accumulation": cfg.data.accumulation,
+            "teacher_genes": cfg.data.teacher_genes, "context_genes": cfg.data.context_genes, "genes_per_cell": args.genes, "timed_steps": len(timed), "step_s": dt,
+            "rounds": len(self.chunks), "step_s_min": min(self.chunks), "step_s_max": max(self.chunks),
+            "cells_per_s": cells / dt, "tokens_per_cell": tokens / cells, "tokens_per_s": tokens / dt,
+            "flops_per_token": flops_per_token, "gflops_per_cell": flops_per_token * tokens / cells / 1e9,
+            "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,
+            "loss_first": timed[0][0]["loss"], "loss_last": timed[-1][0]["loss"], "peak_mib": peak, **phases,
+            **cpu(),
+        }
+
+
+def cpu() -> dict:
+    """The CPU's name and flags and torch's CPU capability, as the other speed scripts write them."""
+    from benchmarks.speed.bench_precision import machine
+
+    info = machine()
+    return {k: info[k] for k in ("cpu", "cpu_flags", "torch_capability", "torch")}
 
 
 class _PhaseClock:
@@ -149,7 +207,9 @@ class _PhaseClock:
         import biomjepa.train.loop as loop
 
         self.loop, self.sec = loop, {"data": 0.0, "teacher": 0.0, "objective": 0.0, "optimizer": 0.0, "ema": 0.0}
-        self.real = {"compute_objective": loop.compute_objective, "ema_update": loop.ema_update}
+        self.tr = tr
+        self.real = {"compute_objective": loop.compute_objective, "ema_update": loop.ema_update,
+                     "step": tr.optimizer.step}
         loop.compute_objective = self._timed("objective", loop.compute_objective)
         loop.ema_update = self._timed("ema", loop.ema_update)
         tr.optimizer.step = self._timed("optimizer", tr.optimizer.step)
@@ -178,13 +238,9 @@ class _PhaseClock:
             self.sec["data"] += time.perf_counter() - t
             yield batch
 
-    def phases(self, total: float) -> dict:
-        s = self.sec
-        rest = total - s["data"] - s["objective"] - s["optimizer"] - s["ema"]
-        return {f"{k}_s": v for k, v in {**s, "rest": rest}.items()}
-
     def close(self) -> None:
         self.loop.compute_objective, self.loop.ema_update = self.real["compute_objective"], self.real["ema_update"]
+        self.tr.optimizer.step = self.real["step"]
         for h in self.hooks:
             h.remove()
 
@@ -208,12 +264,26 @@ def _op_shares(step) -> dict:
     return {"profiled_step_s": total, "matmul_share": matmul / total, "other_ops_share": (ops - matmul) / total}
 
 
+def runs(recipes: list[str] | None, preset: str, teacher_genes: str | None) -> list[tuple[str, dict]]:
+    """``(name, overrides)`` of every run: each ``--recipe`` (default: the preset), once per ``--teacher-genes``."""
+    out = list(map(recipe_overrides, recipes or [preset]))
+    if not teacher_genes:
+        return out
+    views = [int(v) for v in teacher_genes.split(",")]
+    return [(f"{name}-t{v}", {**over, "teacher_genes": v}) for name, over in out for v in views]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="mini", choices=["mini", "base"])
     ap.add_argument("--recipe", action="append", default=None,
                     help="NAME=CONFIG.yaml (repeatable; the first is the baseline); default: the preset alone")
-    ap.add_argument("--steps", type=int, default=5, help="timed optimizer steps (after one warm-up)")
+    ap.add_argument("--steps", type=int, default=5, help="timed optimizer steps (after one warm-up), per round")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds in which the recipes take turns (alternating order)")
+    ap.add_argument("--teacher-genes", default=None, help="comma-separated teacher views, e.g. 256,512: every recipe "
+                    "once per view")
+    ap.add_argument("--precision", default=None, choices=["auto", "fp32", "bf16"],
+                    help="loop.precision of every recipe (default: the preset's, auto)")
     ap.add_argument("--genes", type=int, default=1500, help="observed genes per synthetic cell")
     ap.add_argument("--batch", type=int, default=8, help="batch size of recipes that do not set one")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
@@ -221,6 +291,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="CSV name under results/ (default bench_train_<preset>.csv)")
     ap.add_argument("--profile", action="store_true", help="add where a step's time goes (phases, matmul share)")
     args = ap.parse_args()
+    if args.steps < 1 or args.rounds < 1:
+        ap.error("--steps and --rounds must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     import _kit
@@ -230,14 +302,22 @@ def main() -> None:
     universe = _kit.UNIVERSE = max(4000, 2 * args.genes)
     tmp = Path(tempfile.mkdtemp())
     graph = _kit.make_graph(tmp)
-    rows = [measure(name, {"device": args.device, **over}, args, tmp, graph, universe)
-            for name, over in map(recipe_overrides, args.recipe or [args.preset])]
+    fixed = {"device": args.device} | ({"precision": args.precision} if args.precision else {})
+    recipes = [RecipeRun(name, {**fixed, **over}, args, tmp, graph, universe, rounds=args.rounds)
+               for name, over in runs(args.recipe, args.preset, args.teacher_genes)]
+    for r in range(args.rounds):
+        for run in recipes if r % 2 == 0 else recipes[::-1]:  # in turn: every recipe sees the same machine load
+            run.timed_steps(args.steps)
+    rows = [run.result() for run in recipes]
     for r in rows:
         r["speedup"] = r["cells_per_s"] / rows[0]["cells_per_s"]
     path = write_csv(rows, args.out or f"bench_train_{args.preset}.csv")
-    print(f"preset={args.preset} threads={rows[0]['threads']} genes/cell={args.genes} device={rows[0]['device']}")
+    print(f"preset={args.preset} threads={rows[0]['threads']} genes/cell={args.genes} device={rows[0]['device']} "
+          f"rounds={args.rounds}; {rows[0]['cpu']} ({rows[0]['cpu_flags']}; torch {rows[0]['torch']}, "
+          f"{rows[0]['torch_capability']})")
     for r in rows:
-        print(f"{r['recipe']:>8}: batch {r['batch_size']:>3} | step {r['step_s']:.3f} s | {r['cells_per_s']:7.1f} cells/s "
+        print(f"{r['recipe']:>8}: batch {r['batch_size']:>3} | {r['precision']} | step {r['step_s']:.3f} s "
+              f"[{r['step_s_min']:.3f}-{r['step_s_max']:.3f}] | {r['cells_per_s']:7.1f} cells/s "
               f"(x{r['speedup']:.2f}) | {r['tokens_per_cell']:.0f} tokens/cell | {r['gflops_per_cell']:.2f} GFLOP/cell | "
               f"{r['gflops']:.1f} GFLOP/s = {r['fraction_of_gemm']:.2f} of same-run GEMM ({r['gemm_gflops']:.1f})")
         if args.profile:
