@@ -476,3 +476,14 @@ def test_adapt_vs_scvi_seed_spread_and_the_summary_read_the_seed_mean():
     heads = {r["representation"]: r for r in headline(rows + spread + [s])}
     assert len(headline(rows + spread + [s])) == 4 and heads[ADAPT]["stat"] == "seed_mean"
     assert seed_spread([row(ADAPT, 0, 60.0, 0.7, 0.5), row(SCVI, None, 1.0, 0.7, 0.5)]) == []  # one seed: no spread
+
+
+def test_curves_mean_rows_only_where_every_tissue_was_scored():
+    from benchmarks.pretraining.validation_curves import with_mean
+
+    rows = [{"step": s, "presentations": s * 64, "readout": "max_top5", "set": t, "metric": "f1", "value": v}
+            for s, t, v in [(500, "pbmc", 0.6), (500, "brain", 0.8), (500, "immune", 0.9), (1000, "pbmc", 0.7)]]
+    m = with_mean(pd.DataFrame(rows), ("pbmc", "brain", "immune"))
+    mean = m[m["set"] == "mean"]
+    assert len(mean) == 1 and mean["step"].iloc[0] == 500 and mean["presentations"].iloc[0] == 32000
+    assert mean["value"].iloc[0] == pytest.approx(0.7667, abs=1e-4)

@@ -165,6 +165,17 @@ def summarize(table: pd.DataFrame, tol: float, tissues, patience: int) -> None:
           + t.sort_index(axis=1).round(3).to_string())
 
 
+def with_mean(table: pd.DataFrame, tissues) -> pd.DataFrame:
+    """``table`` plus rows of set ``mean``: per step, readout and metric, the mean over ``tissues`` where every
+    tissue has a value (what the stopping and shipping rules read)."""
+    sub = table[table["set"].isin(tissues) & table["metric"].isin(PLOTTED)]
+    g = sub.groupby(["step", "readout", "metric"], dropna=False)
+    mean = g["value"].mean()[g["set"].nunique() == len(tissues)].reset_index()
+    mean["presentations"] = g["presentations"].first().reindex(pd.MultiIndex.from_frame(mean[["step", "readout",
+                                                                                            "metric"]])).to_numpy()
+    return pd.concat([table, mean.assign(set="mean")], ignore_index=True)
+
+
 def plot(table: pd.DataFrame, png: str, tissues) -> None:
     import matplotlib as mpl
 
@@ -173,10 +184,10 @@ def plot(table: pd.DataFrame, png: str, tissues) -> None:
 
     readouts = sorted(table.loc[table["step"] >= 0, "readout"].unique())
     refs = sorted(table.loc[table["step"] == REFERENCE, "readout"].unique())
-    fig, axes = plt.subplots(len(tissues), len(PLOTTED), figsize=(4.2 * len(PLOTTED), 2.9 * len(tissues)),
-                             squeeze=False)
-    for i, name in enumerate(tissues):
-        tissue = TITLES.get(name, name)
+    table, rows = with_mean(table, tissues), [*tissues, "mean"]
+    fig, axes = plt.subplots(len(rows), len(PLOTTED), figsize=(4.2 * len(PLOTTED), 2.9 * len(rows)), squeeze=False)
+    for i, name in enumerate(rows):
+        tissue = TITLES.get(name, f"mean of {len(tissues)} tissues" if name == "mean" else name)
         for j, (metric, label) in enumerate(PLOTTED.items()):
             ax, sub = axes[i, j], table[(table["set"] == name) & (table["metric"] == metric)]
             for c, k in enumerate(readouts):
