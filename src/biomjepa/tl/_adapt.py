@@ -77,7 +77,9 @@ def adapt(
     exported with the ``max_top5_mean_wmean`` readout, ``4 * d_model`` features), writes the adapted encoder as an
     ordinary checkpoint directory, and embeds the cells with it (:func:`biomjepa.tl.embed`). Labels are never read.
     The same directory embeds query cells later: ``bj.tl.embed(query, checkpoint=out_dir)``; it reads them through
-    the genes these cells detect (in at least 0.5 % of them), so adapt on cells that cover the query's genes.
+    the genes these cells detect (in at least 0.5 % of them), so adapt on cells that cover the query's genes: the
+    checkpoint records the genes with counts in these cells (``provenance["adapted_genes"]`` of its ``config.json``),
+    and ``bj.tl.embed`` warns when more than 5 % of a query's counts fall on other genes.
     Embeddings of an adapted checkpoint are comparable with each other (these cells and query cells embedded
     with it), not with embeddings from the base checkpoint or another adaptation.
 

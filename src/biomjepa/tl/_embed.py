@@ -10,6 +10,7 @@ import numpy as np
 from .._docs import doc_params
 from .._keys import TOKEN_KEY, embedding_keys
 from .._settings import settings
+from ..data.adapted_genes import OutsideShare
 from ..data.anndata_source import write_joint_obsm
 from ..data.stream import iter_tokenized
 from ._utils import actual_if_view, check_batch_size, check_copy, input_params, mapped_source
@@ -45,7 +46,9 @@ def embed(
     tokens excluded; the bundled v0.4: ``max_top5``, the paper's per-feature max ‖ mean of the 5 largest
     gene-token states), then mapped with the checkpoint's fixed feature statistics when it records them
     (:mod:`biomjepa.nn.readout`; v0.4: standardization measured on its training corpus). Results do not
-    depend on ``batch_size`` or cell order.
+    depend on ``batch_size`` or cell order. With a checkpoint of :func:`biomjepa.tl.adapt`, which records the genes its
+    cells detected, a warning gives the share of these cells' counts on other genes when it exceeds 5 %: their
+    gene embeddings stayed as initialised.
 
     Parameters
     ----------
@@ -105,7 +108,10 @@ def embed(
         target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, input=input,
                                        library_size_key=library_size_key, token_key=TOKEN_KEY)
     precision = resolve_precision(None, dev)
-    Z, n_genes = _embed_adata(model, source, layer=layer, batch_size=bs, device=dev, precision=precision)
+    outside = OutsideShare.of(model)  # an adapted checkpoint: how much of these cells it never learnt
+    Z, n_genes = _embed_adata(model, source, layer=layer, batch_size=bs, device=dev, precision=precision, watch=outside)
+    if outside is not None:
+        outside.warn(model.info.get("name", "unnamed"))
     params = _params(model, dev, "raw.X" if use_raw else layer, bs, n_genes, precision)
     store(adata, target, mod, obsm_key, uns_key, Z, params | input_params(source, input, library_size_key))
     return adata if copy else None
@@ -147,9 +153,9 @@ def _params(model, dev, layer, batch_size, n_genes, precision: str = "fp32") -> 
 
 
 def _embed_adata(model, adata, *, layer, batch_size, device, precision=None,
-                 token: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 token: np.ndarray | None = None, watch: OutsideShare | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Stream ``adata`` in row chunks → (embeddings ``[n, 2D]`` float32, genes per cell ``[n]``); ``token``
-    replaces ``var["biomjepa_token"]`` (:func:`~biomjepa.data.stream.iter_tokenized`)."""
+    replaces ``var["biomjepa_token"]`` (:func:`~biomjepa.data.stream.iter_tokenized`); ``watch`` sees every chunk."""
     from .._device import cpu_threads
     from .._progress import progress_bar
 
@@ -160,6 +166,8 @@ def _embed_adata(model, adata, *, layer, batch_size, device, precision=None,
             Z[sl] = embed_cells(model, cells, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens,
                                 precision=precision)
             n_genes[sl] = cells.lengths
+            if watch is not None:
+                watch.add(cells)
             bar.update(sl.stop - sl.start)
     logger.info("Embedded %d cells on %s", adata.n_obs, device)
     return Z, n_genes

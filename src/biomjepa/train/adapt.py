@@ -117,6 +117,7 @@ def adapt_encoder(
     from .._device import resolve_device, resolve_precision
     from .._files import sigterm_interrupts
     from .._pretrained import load_model
+    from ..data.adapted_genes import shard_genes
     from ..model import checkpoint_sha256
 
     t0 = time.perf_counter() if started is None else started
@@ -141,7 +142,7 @@ def adapt_encoder(
                   "seconds": round(seconds, 2), "recipe": dict(recipe), "seed": int(seed),
                   "n_cells": _n_cells(cfg), "time_budget": time_budget, "precision": precision,
                   "graph": "cached" if cached else "built", "phases": clock.phases()}
-        _export(state, work, out, recipe["encoder"], record, readout_of)
+        _export(state, work, out, recipe["encoder"], record, readout_of, shard_genes(shard))
     meta = (out / "config.json").read_text()
     import json
 
@@ -277,12 +278,15 @@ def _n_cells(cfg) -> int:
         corpus.close()
 
 
-def _export(state: dict, work: Path, out: Path, which: str, record: dict, readout_of: Callable[[Path], dict]) -> None:
+def _export(state: dict, work: Path, out: Path, which: str, record: dict, readout_of: Callable[[Path], dict],
+            genes: dict) -> None:
     """Export ``which`` encoder of ``state`` without feature statistics, let ``readout_of`` measure them on it,
-    export it again with them (``record`` in its provenance) and rename that checkpoint to ``out``."""
+    export it again with them (``record`` in its provenance, and ``genes``, the vocabulary genes the cells detected:
+    :mod:`biomjepa.data.adapted_genes`) and rename that checkpoint to ``out``."""
+    from ..data.adapted_genes import KEY
     from .checkpoint import export
 
-    provenance = {"source": "biomjepa.tl.adapt", "adapt": record}
+    provenance = {"source": "biomjepa.tl.adapt", "adapt": record, KEY: genes}
     raw, ckpt = work / "unstandardized", work / "checkpoint"
     t = time.perf_counter()
     export(state, raw, which=which, pooling=record["recipe"]["pooling"], provenance=provenance)
