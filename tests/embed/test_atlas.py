@@ -104,6 +104,9 @@ def test_write_obsm(atlas_inputs, tiny_checkpoint, reference, tmp_path):
     import anndata as ad
 
     inputs = [shutil.copy(p, tmp_path) for p in atlas_inputs]
+    earlier = ad.read_h5ad(inputs[0])  # issue 57: an earlier embedding's record is replaced whole, map_vocab's stays
+    earlier.uns["biomjepa"] = {"vocab": {"n_vars": 7}, "adapt": {"steps": 3}, "params": {"old": "yes"}}
+    earlier.write_h5ad(inputs[0])
     outside = tmp_path / "outside.txt"
     outside.write_text("precious")
     for p in map(Path, inputs):
@@ -116,8 +119,11 @@ def test_write_obsm(atlas_inputs, tiny_checkpoint, reference, tmp_path):
         adata = ad.read_h5ad(path)
         assert np.array_equal(adata.obsm["X_biomjepa"], ref[name])
         assert adata.uns["biomjepa"]["params"]["block_rows"] == 64
+        record = adata.uns["biomjepa"]
+        assert record["params"]["tool"] == "biomjepa embed" and "old" not in record["params"] and "adapt" not in record
         assert adata.n_obs == len(ref[name]) and adata.X.nnz > 0
     assert _run(inputs, store, tiny_checkpoint, write_obsm=True)["blocks"] == 0  # inputs still recognised
+    assert ad.read_h5ad(inputs[0]).uns["biomjepa"]["vocab"] == {"n_vars": 7}
 
 
 def test_bad_inputs_and_stores(atlas_inputs, tiny_checkpoint, tmp_path):

@@ -511,7 +511,8 @@ def test_the_cells_are_embedded_once_and_the_time_of_each_part_recorded(tmp_path
     later = adata.copy()
     bj.tl.embed(later, checkpoint=str(tmp_path / "ck"))
     np.testing.assert_array_equal(later.obsm["X_biomjepa"], adata.obsm["X_biomjepa"])
-    assert later.uns["biomjepa"]["params"] == adata.uns["biomjepa"]["params"]
+    assert later.uns["biomjepa"]["params"] == adata.uns["biomjepa"]["params"] | {"tool": "bj.tl.embed"}
+    assert adata.uns["biomjepa"]["params"]["tool"] == "bj.tl.adapt"  # the writer, one owner (issue 57)
 
 
 def _assert_unchanged(adata, before) -> None:

@@ -68,3 +68,16 @@ def test_the_uns_entry_of_map_vocab_and_embed_is_not_a_key_added(tool, counts_ad
     with pytest.raises(ValueError, match=r"key_added='biomjepa' would replace uns\['biomjepa'\].*Pass another key"):
         CALLS[tool](a, tiny_checkpoint, tmp_path / "out", key_added="biomjepa")
     assert not a.uns and not a.obsm
+
+
+@pytest.mark.parametrize("tool", [t for t in CALLS if t != "pp.map_vocab"])  # map_vocab writes a .var column
+def test_a_key_holding_another_tools_results_is_refused_first(tool, counts_adata, tiny_checkpoint, tmp_path, no_work):
+    """Issue 57: one owner per key, checked before any work, naming a free key; nothing changes."""
+    a = counts_adata.copy()
+    other = "bj.tl.perturbation_arithmetic" if tool == "tl.max_token" else "bj.tl.max_token"
+    a.uns["k"] = {"params": {"tool": other}}
+    with pytest.raises(ValueError, match=rf"key_added='k': bj\.{tool} would write uns\['k'\], which holds the results "
+                                         rf"of {other}.*Pass another key, e\.g\. key_added='k_2'"):
+        CALLS[tool](a, tiny_checkpoint, tmp_path / "out", key_added="k")
+    assert list(a.uns) == ["k"] and a.uns["k"] == {"params": {"tool": other}} and not a.obsm
+    assert not (tmp_path / "out").exists()

@@ -2,7 +2,8 @@
 
 Each input is copied to a temporary file next to it, ``obsm["X_biomjepa"]`` is written into the
 copy block by block (never the whole matrix in memory) together with
-``uns["biomjepa"]["params"]``, and the copy replaces the input (``os.replace``): a kill leaves the
+``uns["biomjepa"]["params"]`` (the embedding's record, replaced whole: only ``bj.pp.map_vocab``'s
+``uns["biomjepa"]["vocab"]`` stays), and the copy replaces the input (``os.replace``): a kill leaves the
 input as it was. The store's manifest is then updated with the new size and mtime of each file,
 so re-running the same command still recognises its inputs.
 """
@@ -64,9 +65,10 @@ def _write_one(st: AtlasStore, inp: dict, path: Path) -> None:
             prev = read_elem(uns["biomjepa"]) if "biomjepa" in uns else {}
             if "biomjepa" in uns:
                 del uns["biomjepa"]
-            params = {k: v for k, v in st.manifest.items() if k != "inputs"}
+            params = {"tool": "biomjepa embed", **{k: v for k, v in st.manifest.items() if k != "inputs"}}
             params["precision"] = "bf16" if str(params["settings"].get("dtype", "")).startswith("bfloat16") else "fp32"
-            write_elem(uns, "biomjepa", {**prev, "params": _h5_safe(params)})
+            kept = {"vocab": prev["vocab"]} if "vocab" in prev else {}  # map_vocab's report; the embedding's record
+            write_elem(uns, "biomjepa", {**kept, "params": _h5_safe(params)})  # is replaced whole (issue 57)
 
 
 def _h5_safe(d: dict) -> dict:

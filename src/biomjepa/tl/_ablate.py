@@ -14,6 +14,7 @@ from .._keys import TOKEN_KEY, check_key_added
 from .._settings import settings
 from ..data.graph import graph_label
 from ._null import check_null_args, count_in, expression_bins, matched_random_set, scan_gene_stats
+from ._owners import claim, marker
 from ._utils import case_hint, check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
@@ -110,7 +111,8 @@ def ablate_programme(
     {random_state_null}
     {mod}
     key_added
-        ``uns`` key and ``obs`` column prefix.
+        ``uns`` key and ``obs`` column prefix; one holding another tool's results is refused before any work (the
+        error names a free key), this tool's own earlier results under it are replaced whole.
     {copy_backed}
 
     Returns
@@ -132,8 +134,8 @@ def ablate_programme(
     ``.uns[key_added]["null_sets"]``
         DataFrame: ``programme``, ``set``, ``programme_gene``, ``random_gene``, their bins, ``widened`` (Chebyshev distance).
     ``.uns[key_added]["params"]``
-        all parameters (``input`` as :func:`biomjepa.tl.embed` records it), the genes used per programme and the
-        genes left out.
+        ``tool`` (``"bj.tl.ablate_programme"``), all parameters (``input`` as :func:`biomjepa.tl.embed` records it),
+        the genes used per programme and the genes left out.
     """
 
     from .._device import resolve_device
@@ -143,6 +145,7 @@ def ablate_programme(
     n_random, n_cells, n_bins, random_state = check_null_args(n_random, n_cells, n_bins, random_state)
     check_copy(adata, copy)
     key_added = check_key_added(key_added, "ablation")
+    own = claim(adata, mod, "ablate_programme", key_added)  # before any work: another tool's results stay
     adata = adata.copy() if copy else adata
     target, source = mapped_source(
         adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
@@ -165,24 +168,26 @@ def ablate_programme(
     if matched is not None:
         result["matched"], result["test"] = matched_test(table, matched)
     result["params"] = {
-        "groupby": groupby, "matched": dict(matched) if matched else None, "n_random": n_random,
-        "n_cells": n_cells, "checkpoint": model.info.get("name", "unnamed"), "layer": "raw.X" if use_raw else layer or "X",
-        "graph": graph_label(graph),
+        **marker("ablate_programme"), "groupby": groupby, "matched": dict(matched) if matched else None,
+        "n_random": n_random, "n_cells": n_cells, "checkpoint": model.info.get("name", "unnamed"),
+        "layer": "raw.X" if use_raw else layer or "X", "graph": graph_label(graph),
         "n_bins": n_bins, "random_state": random_state, "batch_size": bs, "device": str(dev),
         "programmes": plan["programmes"], "left_out": plan["left_out"],
         "null": "mean-expression × detection quantile bins over detected genes",
         **input_params(source, input, library_size_key),
     }
-    _write(target, key_added, result, rows)
+    _write(target, key_added, result, rows, own)
     return adata if copy else None
 
 
-def _write(target, key_added: str, result: dict, rows: np.ndarray) -> None:
-    """``uns[key_added]``, and with one programme ``obs[f"{key_added}_excess"]`` (NaN for cells not sampled)."""
+def _write(target, key_added: str, result: dict, rows: np.ndarray, own: bool) -> None:
+    """``uns[key_added]``, ``obs[f"{key_added}_excess"]`` with one programme (NaN for cells not sampled; else gone)."""
     if len(result["params"]["programmes"]) == 1:
         col = np.full(target.n_obs, np.nan)
         col[rows] = result["cells"]["excess"].to_numpy()
         target.obs[f"{key_added}_excess"] = col
+    elif own and f"{key_added}_excess" in target.obs:
+        del target.obs[f"{key_added}_excess"]
     target.uns[key_added] = result
 
 

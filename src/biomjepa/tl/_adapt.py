@@ -26,6 +26,7 @@ from .._docs import doc_params
 from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY, embedding_keys, uns_key_of
 from .._settings import settings
 from ._adapt_dirs import _claimed, _discard, _scratch
+from ._owners import claim, marker
 from ._utils import actual_if_view, check_copy
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ def adapt(
     {mod}
     key_added
         ``obsm`` key of the embedding (default ``"X_biomjepa"``; parameters go to ``uns["biomjepa"]``, or to
-        ``uns[key_added]`` for another key).
+        ``uns[key_added]`` for another key). A key holding another tool's results is refused before any work (the
+        error names a free key); an earlier embedding under it is replaced whole.
     {copy_backed}
 
     Returns
@@ -130,7 +132,7 @@ def adapt(
         float32 ``[n_obs, 4·d_model]`` embedding by the adapted checkpoint (its readout's ``embedding_dim``),
         standardized with feature statistics measured on these cells, recorded in the checkpoint.
     ``.uns["biomjepa"]["params"]``
-        what :func:`biomjepa.tl.embed` records (the checkpoint is the adapted one).
+        what :func:`biomjepa.tl.embed` records (the checkpoint is the adapted one; ``tool``: ``"bj.tl.adapt"``).
     ``.uns["biomjepa"]["adapt"]``
         ``checkpoint`` (path), ``checkpoint_sha256``, ``weights_sha256``, ``base`` (reference, name and
         sha256s of the base checkpoint), ``steps``, ``steps_done``, ``seconds``, ``recipe``, ``seed``,
@@ -150,6 +152,7 @@ def adapt(
     _check_args(steps, time_budget, seed)
     key_added = embedding_keys(key_added)[0]  # checked before any work; tl.embed's rule for the obsm and uns keys
     check_copy(adata, copy)
+    claim(adata, mod, "adapt", key_added)  # before any work: another tool's results stay
     adata = adata.copy() if copy else adata
     target = get_modality(adata, mod)
     source = counts_view(target, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
@@ -313,7 +316,7 @@ def _write(adata, target, source, record: dict, cells: dict, *, mapped: bool, la
         params = _params(model, cells["device"], "raw.X" if use_raw else layer, cells["batch_size"], cells["n_genes"],
                          cells["precision"])
         store(adata, target, mod, key_added, uns_key, _mapped(model, cells["Z"]),
-              params | input_params(source, input, library_size_key))
+              params | input_params(source, input, library_size_key) | marker("adapt"))
         target.uns[uns_key]["adapt"] = {"checkpoint": record["path"], **{k: v for k, v in record.items() if k != "path"}}
     except BaseException:
         _undo(adata, target, mapped=mapped, use_raw=use_raw, uns_key=uns_key, before=before, key=key_added,

@@ -45,6 +45,7 @@ from .._keys import TOKEN_KEY, check_key_added
 from .._settings import settings
 from ._null import check_null_args
 from ._null import count_in as _count_in
+from ._owners import claim, marker
 from ._utils import check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
@@ -136,7 +137,8 @@ def programme_dependencies(
     {device}
     {mod}
     key_added
-        ``uns`` key of the result.
+        ``uns`` key of the result. A key holding another tool's results is refused before any work (the error names
+        a free key); this tool's own earlier results under it are replaced whole.
     {copy_backed}
 
     Returns
@@ -157,7 +159,8 @@ def programme_dependencies(
     ``.uns[key_added]["null_sets"]``
         DataFrame of the matched random sets (as :func:`biomjepa.tl.ablate_programme`).
     ``.uns[key_added]["params"]``
-        all parameters, the genes used per programme, the block ids, the genes left out, the
+        ``tool`` (``"bj.tl.programme_dependencies"``), all parameters, the genes used per programme, the block
+        ids, the genes left out, the
         training step and objective of the checkpoint.
     """
     from .._device import resolve_device
@@ -167,6 +170,7 @@ def programme_dependencies(
     n_random, n_cells, n_bins, random_state = check_null_args(n_random, n_cells, n_bins, random_state)
     check_copy(adata, copy)
     key_added = check_key_added(key_added, "programme_dependencies")
+    claim(adata, mod, "programme_dependencies", key_added)  # before any work: another tool's results stay
     adata = adata.copy() if copy else adata
     target, source = mapped_source(
         adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
@@ -188,6 +192,7 @@ def programme_dependencies(
     target.uns[key_added] = {
         "matrix": matrix, "pairs": pairs, "cells": cell_rows, "null_sets": plan["null_table"],
         "params": {
+            **marker("programme_dependencies"),
             "groupby": groupby, "matched": dict(matched), "n_random": n_random, "n_cells": n_cells,
             "layer": "raw.X" if use_raw else layer or "X", "n_bins": n_bins, "random_state": random_state, "batch_size": bs,
             "device": str(dev), "checkpoint": info["source"], "step": info["step"], "objective": info["objective"],

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import TOKEN_KEY, embedding_keys
+from .._keys import TOKEN_KEY, UNS_KEY, embedding_keys
 from .._settings import settings
 from ..data.adapted_genes import OutsideShare
 from ..data.anndata_source import write_joint_obsm
 from ..data.stream import iter_tokenized
+from ._owners import claim, marker
 from ._utils import actual_if_view, check_batch_size, check_copy, input_params, mapped_source
 
 if TYPE_CHECKING:
@@ -68,7 +69,9 @@ def embed(
     key_added
         ``obsm`` key of the embedding, a non-empty string. The default (``None`` or ``"X_biomjepa"``) writes
         ``obsm["X_biomjepa"]`` and ``uns["biomjepa"]["params"]``; another key writes ``obsm[key_added]`` and
-        ``uns[key_added]["params"]``, leaving the default embedding and its record as they are.
+        ``uns[key_added]["params"]``, leaving the default embedding and its record as they are. A key holding
+        another tool's results is refused before any work (the error names a free key); an earlier embedding under
+        it (of ``bj.tl.embed`` or :func:`biomjepa.tl.adapt`) is replaced whole.
     {copy_backed}
 
     Returns
@@ -78,7 +81,8 @@ def embed(
     ``.obsm["X_biomjepa"]`` (or ``.obsm[key_added]``)
         float32 ``[n_obs, 2·d_model]`` embedding (1,536 for the base model).
     ``.uns["biomjepa"]["params"]`` (or ``.uns[key_added]["params"]``)
-        checkpoint name, ``checkpoint_sha256`` (the whole checkpoint, every file:
+        ``tool`` (``"bj.tl.embed"``; ``"bj.tl.adapt"`` for adapt's, the key's owner), checkpoint name,
+        ``checkpoint_sha256`` (the whole checkpoint, every file:
         :func:`biomjepa.model.checkpoint_sha256`, what ``checkpoint="DIR#sha256=…"`` pins) and ``weights_sha256``
         (its ``model.safetensors`` only), vocab hash, device, dtype and ``precision`` (``"fp32"``/``"bf16"``, what
         ``bj.settings.precision`` resolved to), pooling, the matrix read (``layer``:
@@ -95,6 +99,7 @@ def embed(
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
     obsm_key, uns_key = embedding_keys(key_added)
+    claim(adata, mod, "embed", obsm_key)  # before any work: another tool's results stay
     adata = adata.copy() if copy else adata
     # fail early, before loading a model
     target, source = mapped_source(
@@ -120,13 +125,14 @@ def embed(
 def store(adata, target, mod: str | None, obsm_key: str, uns_key: str, Z: np.ndarray, params: dict) -> None:
     """Write an embedding and its record: ``target.obsm[obsm_key]`` (and the MuData's), ``uns[uns_key]["params"]``.
 
-    An earlier ``bj.tl.adapt``'s record under the key (``uns[uns_key]["adapt"]``) goes: it described the embedding
-    this one replaces (adapt writes its own again after calling this)."""
+    The record is replaced whole: an earlier ``bj.tl.adapt``'s ``uns[uns_key]["adapt"]`` goes too (it described the
+    embedding this one replaces; adapt writes its own again after calling this). Only ``bj.pp.map_vocab``'s report,
+    ``uns["biomjepa"]["vocab"]``, stays."""
     target.obsm[obsm_key] = Z
     write_joint_obsm(adata, mod, obsm_key, Z)
-    record = target.uns.setdefault(uns_key, {})
-    record.pop("adapt", None)
-    record["params"] = params
+    old = target.uns.get(uns_key)
+    kept = {"vocab": old["vocab"]} if uns_key == UNS_KEY and isinstance(old, dict) and "vocab" in old else {}
+    target.uns[uns_key] = {**kept, "params": params}
 
 
 def _params(model, dev, layer, batch_size, n_genes, precision: str = "fp32") -> dict:
@@ -135,6 +141,7 @@ def _params(model, dev, layer, batch_size, n_genes, precision: str = "fp32") -> 
 
     info = model.info
     return {
+        **marker("embed"),
         "checkpoint": info.get("name", "unnamed"),
         "checkpoint_sha256": info.get("checkpoint_sha256", ""),  # every file: config.json edits change it
         "weights_sha256": info.get("sha256", ""),

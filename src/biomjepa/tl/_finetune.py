@@ -21,6 +21,7 @@ from .._docs import doc_params
 from .._keys import TOKEN_KEY, check_key_added
 from .._settings import settings
 from ._finetune_fit import fit_head, macro_f1
+from ._owners import claim, marker
 from ._utils import check_batch_size, check_copy, input_params, mapped_source
 
 if TYPE_CHECKING:
@@ -108,7 +109,8 @@ def finetune(
         :func:`biomjepa.tl._finetune.load_finetuned`. Never pickle.
     {mod}
     key_added
-        Prefix of the written keys.
+        Prefix of the written keys. A key holding another tool's results is refused before any work (the error names
+        a free key); this tool's own earlier results under it are replaced whole.
     {copy_backed}
 
     Returns
@@ -122,7 +124,8 @@ def finetune(
     ``.obsm[f"{key_added}_proba"]``
         float32 ``[n_obs, C]`` class probabilities, columns in ``uns[key_added]["classes"]`` order.
     ``.uns[key_added]``
-        ``params``, ``classes``, ``metrics`` (per split: ``accuracy``, ``macro_f1``, ``n_cells``),
+        ``params`` (``tool``: ``"bj.tl.finetune"``, and all parameters), ``classes``, ``metrics`` (per split:
+        ``accuracy``, ``macro_f1``, ``n_cells``),
         ``history`` (per epoch: train loss, validation macro-F1), ``best_epoch``, ``n_trainable``
         (``encoder``, ``head``, ``total``) and ``throughput`` (``train_cells_per_s``: forward +
         backward + optimizer step; ``heldout_cells_per_s``: no-grad encoding + head).
@@ -140,6 +143,7 @@ def finetune(
     random_state = check_int("random_state", random_state, low=0, example=0)
     check_copy(adata, copy)
     key_added = check_key_added(key_added, "biomjepa_finetune")
+    claim(adata, mod, "finetune", key_added)  # before any work: another tool's results stay
     adata = adata.copy() if copy else adata
     codes, classes = _labels(get_modality(adata, mod), label_key)
     # fail early, before loading a model
@@ -301,6 +305,7 @@ def _summary(fit, proba, codes, split, classes, heldout_s) -> dict:
 def _params(base, dev, label_key, layer, train_frac, valid_frac) -> dict:
     info = base.info
     return {
+        **marker("finetune"),
         "checkpoint": info.get("name", "unnamed"),
         "checkpoint_sha256": info.get("checkpoint_sha256", ""),  # every file of the checkpoint
         "weights_sha256": info.get("sha256", ""),

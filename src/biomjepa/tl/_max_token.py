@@ -10,6 +10,7 @@ import numpy as np
 from .._docs import doc_params
 from .._keys import TOKEN_KEY, check_key_added
 from .._settings import settings
+from ._owners import claim, marker
 from ._utils import check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
@@ -123,7 +124,8 @@ def max_token(
     {device}
     {mod}
     key_added
-        Prefix of the ``obs`` columns and ``uns`` key.
+        Prefix of the ``obs`` columns and ``uns`` key. A key holding another tool's results is refused before any work
+        (the error names a free key); this tool's own earlier results under it are replaced whole.
     {copy_backed}
 
     Returns
@@ -143,7 +145,8 @@ def max_token(
     ``.uns[key_added]["top_expressed_fraction"]``
         (with ``groupby``) the same for the most-expressed gene of each cell (the baseline).
     ``.uns[key_added]["params"]``
-        groupby, checkpoint, layer, ``input`` (as :func:`biomjepa.tl.embed` records it), batch size, device, tie rule.
+        ``tool`` (``"bj.tl.max_token"``, the key's owner), groupby, checkpoint, layer, ``input`` (as
+        :func:`biomjepa.tl.embed` records it), batch size, device, tie rule.
     """
     from .._device import resolve_device
     from .._pretrained import load_model
@@ -152,6 +155,7 @@ def max_token(
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
     key_added = check_key_added(key_added, "max_token")
+    claim(adata, mod, "max_token", key_added)  # before any work: another tool's results stay
     adata = adata.copy() if copy else adata
     target, source = mapped_source(
         adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
@@ -166,7 +170,8 @@ def max_token(
     vocab_symbols = np.asarray(Vocab.default().symbols, dtype=object)
     symbols, top = vocab_symbols[winner], vocab_symbols[top]
     result = {"params": {
-        "groupby": groupby, "checkpoint": model.info.get("name", "unnamed"), "layer": "raw.X" if use_raw else layer or "X",
+        **marker("max_token"), "groupby": groupby, "checkpoint": model.info.get("name", "unnamed"),
+        "layer": "raw.X" if use_raw else layer or "X",
         "batch_size": bs, "device": str(dev), "contribution": "share of max-pooled feature dimensions",
         "ties": "lowest vocabulary index", **input_params(source, input, library_size_key),
     }}

@@ -163,7 +163,8 @@ def perturbation_arithmetic(
         Seed of the cell sampling and random pairs.
     {mod}
     key_added
-        ``uns`` key.
+        ``uns`` key. A key holding another tool's results is refused before any work (the error names
+        a free key); this tool's own earlier results under it are replaced whole.
     {copy}
 
     Returns
@@ -178,11 +179,13 @@ def perturbation_arithmetic(
         dict: ``n_doubles``, ``n_beating``, ``wilcoxon_statistic``, ``wilcoxon_pvalue``,
         ``mean_observed``, ``mean_random``, ``skipped_doubles``.
     ``.uns[key_added]["params"]``
-        all parameters, the separator used and the matching covariate per single.
+        ``tool`` (``"bj.tl.perturbation_arithmetic"``), all parameters, the separator used and the matching
+        covariate per single.
     """
     from .._checks import check_adata, check_int
     from .._keys import check_key_added
     from ..data.anndata_source import get_modality
+    from ._owners import claim, marker
     from ._utils import labels_or_drop
 
     check_adata(adata)
@@ -190,6 +193,7 @@ def perturbation_arithmetic(
     n_cells, n_controls = check_int("n_cells", n_cells, none_ok=True), check_int("n_controls", n_controls, none_ok=True)
     random_state = check_int("random_state", random_state, low=0, example=0)
     key_added = check_key_added(key_added, "perturbation_arithmetic")
+    claim(adata, mod, "perturbation_arithmetic", key_added)  # before any work: another tool's results stay
     adata = adata.copy() if copy else adata
     target = get_modality(adata, mod)
     _check_keys(target, use_rep, perturbation_key, n_random)
@@ -214,6 +218,7 @@ def perturbation_arithmetic(
     table = _score(evaluable, singles, delta, covar, n_random, n_bins, rng)
     summary = _summary(table, sorted(set(doubles) - set(evaluable)))
     target.uns[key_added] = {"table": table, "summary": summary, "params": {
+        **marker("perturbation_arithmetic"),
         "perturbation_key": perturbation_key, "control": control, "use_rep": use_rep, "sep": used_sep,
         "n_random": n_random, "n_cells": n_cells, "n_controls": n_controls, "min_cells": min_cells,
         "expression_layer": expression_layer or "X", "n_bins": n_bins, "random_state": random_state,
