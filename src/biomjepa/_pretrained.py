@@ -2,9 +2,10 @@
 
 A checkpoint reference is one of
 
-- a registry name (``bj.settings.checkpoint``, default ``"biomjepa-mini"`` once bundled);
+- a registry name (``bj.settings.checkpoint``, default ``"biomjepa-mini"`` once bundled), optionally pinned:
+  ``"biomjepa-mini#sha256=HEX"`` refuses it unless its whole-checkpoint sha256 is ``HEX``;
 - a local checkpoint directory (``config.json`` + ``model.safetensors``), optionally pinned as a URL is:
-  ``"DIR#sha256=HEX"`` (or ``sha256=``) refuses it unless its whole-checkpoint sha256 is ``HEX``;
+  ``"DIR#sha256=HEX"`` (or ``sha256=``; the key in any case) refuses it unless its whole-checkpoint sha256 is ``HEX``;
 - an ``http(s)://`` base URL serving the checkpoint's files, pinned by the sha256 of the whole
   checkpoint (:func:`biomjepa.model.checkpoint_sha256`, the hash of its ``SHA256SUMS`` manifest)
   given as ``"URL#sha256=HEX"`` or ``sha256=``: every downloaded file is verified. A download
@@ -21,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import tempfile
 import time
 import urllib.error
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ._files import _umask, atomic_path
 from ._progress import interactive
+from ._references import hex_digest as _hex_digest
 from ._settings import settings
 
 logger = logging.getLogger(__name__)
@@ -100,47 +101,33 @@ def _bundled_dir(rel: str) -> Path:
 def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: str | None = None) -> tuple[Path, str]:
     """Turn a checkpoint reference into ``(local directory, display name)``, downloading if needed.
 
-    ``sha256`` (or ``#sha256=HEX`` after a URL or a directory) pins the whole checkpoint
-    (:func:`biomjepa.model.checkpoint_sha256`): a URL is downloaded and a directory loaded only if it matches.
+    ``sha256`` (or ``#sha256=HEX`` after a registered name, a URL or a directory; the key in any case) pins the whole
+    checkpoint (:func:`biomjepa.model.checkpoint_sha256`): a URL is downloaded and a directory or a registered
+    checkpoint loaded only if it matches. The reference's form is checked first (:func:`biomjepa._references.
+    parse_reference`).
     """
-    ref = settings.checkpoint if checkpoint is None else checkpoint
-    ref = str(ref)
-    if not ref.strip():  # Path("") is the current directory: never load whatever lies there by accident
-        raise ValueError(f"checkpoint={ref!r} is empty: pass a registered name ({', '.join(sorted(REGISTRY))}), a "
-                         "checkpoint directory, `URL#sha256=<hex>`, or None for bj.settings.checkpoint.")
-    if ref in REGISTRY:
+    from ._references import parse_reference
+
+    kind, ref, pin = parse_reference(settings.checkpoint if checkpoint is None else checkpoint, sha256)
+    if kind == "name":
         entry = REGISTRY[ref]
-        if "path" in entry:
-            path = _bundled_dir(entry["path"])
-            _check_registered(path, entry, ref)
-            version = f"-v{entry.get('version', '?')}"
-            return path, ref if ref.endswith(version) else ref + version
-        return _download(entry["url"], entry.get("checkpoint_sha256") or entry["sha256"]), ref
-    if ref.startswith(("http://", "https://")):
-        url, _, frag = ref.partition("#")
-        sha256 = sha256 or (frag.split("=", 1)[1] if frag.startswith("sha256=") else None)
-        if sha256 is None:
-            raise ValueError(
-                f"Downloading {url} needs its sha256, the whole checkpoint's (`biomjepa.model.checkpoint_sha256(dir)` "
-                f"of a trusted copy): pass `{url}#sha256=<hex>` or sha256=."
-            )
-        return _download(url, sha256), url
+        if "path" not in entry:
+            registered = entry.get("checkpoint_sha256") or entry["sha256"]
+            if pin is not None and pin != registered:
+                raise ValueError(f"Checkpoint {ref!r} is registered with sha256 {registered}, expected {pin}; refusing it.")
+            return _download(entry["url"], registered), ref
+        path = _bundled_dir(entry["path"])
+        _check_registered(path, entry, ref)
+        if pin is not None:
+            _check_pin(path, pin, repr(ref))
+        version = f"-v{entry.get('version', '?')}"
+        return path, ref if ref.endswith(version) else ref + version
+    if kind == "url":
+        return _download(ref, pin), ref
     path = Path(ref).expanduser()
-    if not path.exists() and "#sha256=" in ref:  # a local directory pinned as a URL is: "DIR#sha256=HEX"
-        head, _, pin = ref.rpartition("#sha256=")
-        path, sha256 = Path(head).expanduser(), sha256 or pin
-        if not path.exists():
-            raise FileNotFoundError(f"Checkpoint directory {head!r} (pinned by {ref!r}) does not exist. Pass "
-                                    "`checkpoint=` an existing checkpoint directory, as `DIR#sha256=<hex>` to pin it.")
-    if path.exists():
-        if sha256 is not None:
-            _check_pin(path, sha256, str(path))
-        return path, str(path)
-    known = ", ".join(sorted(REGISTRY)) or "none bundled in this version"
-    raise FileNotFoundError(
-        f"Checkpoint {ref!r} is neither a registered name ({known}), an existing directory, nor an "
-        "http(s) URL. Pass `checkpoint=` a directory exported by `bj.train` or set `bj.settings.checkpoint`."
-    )
+    if pin is not None:
+        _check_pin(path, pin, str(path))
+    return path, str(path)
 
 
 def _check_registered(path: Path, entry: dict, name: str) -> None:
@@ -157,13 +144,6 @@ def _check_registered(path: Path, entry: dict, name: str) -> None:
         raise ValueError(f"Bundled checkpoint {name!r} does not match its registry checkpoint_sha256; reinstall biomjepa.")
     if "sha256" in entry and json.loads((path / CONFIG).read_text()).get("weights_sha256") != entry["sha256"]:
         raise ValueError(f"Bundled checkpoint {name!r} does not match its registry sha256; reinstall biomjepa.")
-
-
-def _hex_digest(value: str) -> str:
-    digest = str(value).strip().lower()
-    if not re.fullmatch(r"[0-9a-f]{64}", digest):
-        raise ValueError(f"sha256={value!r} is not a sha256 digest (64 hexadecimal digits).")
-    return digest
 
 
 def _check_pin(path: Path, digest: str, where: str) -> None:

@@ -55,8 +55,9 @@ class Settings:
     cachedir
         Where downloaded checkpoints are stored (``$BIOMJEPA_CACHE`` or ``~/.cache/biomjepa``).
     checkpoint
-        Default checkpoint: a registry name, a local directory, or an ``http(s)://`` URL; ``"DIR#sha256=HEX"`` or
-        ``"URL#sha256=HEX"`` pins the whole checkpoint (:func:`biomjepa.model.checkpoint_sha256`).
+        Default checkpoint: a registry name, a local directory, or an ``http(s)://`` URL; ``"NAME#sha256=HEX"``,
+        ``"DIR#sha256=HEX"`` or ``"URL#sha256=HEX"`` pins the whole checkpoint (:func:`biomjepa.model.checkpoint_sha256`).
+        A value that is no reference (``None``, a number, an empty string, a malformed pin) is refused when set.
     verbosity
         0 errors, 1 warnings (default), 2 info, 3 debug.
     progress
@@ -152,6 +153,16 @@ class Settings:
         self._precision = check_precision(value, "bj.settings.precision")
 
     @property
+    def checkpoint(self) -> str:
+        return self._checkpoint
+
+    @checkpoint.setter
+    def checkpoint(self, value: str | os.PathLike) -> None:
+        from ._references import check_form
+
+        self._checkpoint = check_form(value, "bj.settings.checkpoint")
+
+    @property
     def cachedir(self) -> Path:
         return self._cachedir
 
@@ -168,8 +179,9 @@ class Settings:
 
     @verbosity.setter
     def verbosity(self, value: Literal[0, 1, 2, 3]) -> None:
-        if value not in _LEVELS:
-            raise ValueError(f"verbosity must be one of 0, 1, 2, 3; got {value!r}.")
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value not in _LEVELS:
+            raise ValueError(f"bj.settings.verbosity must be one of the integers 0 (errors), 1 (warnings), 2 (info), "
+                             f"3 (debug); got {value!r}.")
         self._verbosity = int(value)
         logging.getLogger("biomjepa").setLevel(_LEVELS[self._verbosity])
 

@@ -8,6 +8,7 @@ from .embed import EMBED_FLAGS
 from .types import (
     CHECKPOINT_HELP,
     EPILOG,
+    checkpoint_ref,
     h5ad_file,
     non_negative_int,
     output_file,
@@ -29,7 +30,7 @@ def add_adapt_parser(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--out", required=True, metavar="DIR", help="new (or empty) directory for the adapted checkpoint")
     a.add_argument("--embed", type=output_file, default=None, metavar="OUT.h5ad",
                    help="also write INPUT with the adapted embedding to OUT.h5ad (replaced only once fully written)")
-    a.add_argument("--checkpoint", default=None, help="base " + CHECKPOINT_HELP)
+    a.add_argument("--checkpoint", default=None, type=checkpoint_ref, help="base " + CHECKPOINT_HELP)
     a.add_argument("--layer", default=None, help="layer holding raw counts (default: X)")
     a.add_argument("--use-raw", action="store_true", help="read the counts from adata.raw (not with --layer)")
     a.add_argument("--input", dest="input_kind", default="counts", choices=["counts", "reads", "lognorm"],

@@ -7,7 +7,7 @@ import logging
 
 from .embed import EMBED_FLAGS
 from .errors import check_usage, run_command
-from .types import BATCH_SIZE_HELP, CHECKPOINT_HELP, positive_int
+from .types import BATCH_SIZE_HELP, CHECKPOINT_HELP, checkpoint_ref, device_name, positive_int
 
 DESCRIPTION = """\
 Embed the cells of one or many .h5ad files of raw counts (in X, --layer or with --use-raw adata.raw), or of
@@ -41,7 +41,7 @@ def build_parser(prog: str = "biomjepa embed") -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="INPUT", help=".h5ad files of raw counts, or quoted globs ('data/*.h5ad')")
     p.add_argument("--store", required=True, metavar="OUT.zarr", help="output zarr store (a directory; created, or resumed)")
-    p.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
+    p.add_argument("--checkpoint", default=None, type=checkpoint_ref, help=CHECKPOINT_HELP)
     p.add_argument("--layer", default=None, help="layer holding raw counts in every input (default: X)")
     p.add_argument("--use-raw", action="store_true",
                    help="read the counts from adata.raw of every input (scanpy keeps them there; not with --layer)")
@@ -55,7 +55,7 @@ def build_parser(prog: str = "biomjepa embed") -> argparse.ArgumentParser:
     p.add_argument("--id-type", default="auto", choices=["auto", "entrez"], help="as in `biomjepa embed` (default: auto)")
     p.add_argument("--species", default="human", choices=["human", "mouse"], help="species of the gene identifiers (default: human)")
     p.add_argument("--batch-size", type=positive_int, default=None, help=BATCH_SIZE_HELP)
-    p.add_argument("--device", default="auto",
+    p.add_argument("--device", default="auto", type=device_name,
                    help="auto (cuda:LOCAL_RANK if CUDA is available, else CPU), cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--precision", default=None, choices=["fp32", "bf16", "auto"],
                    help="what the encoder multiplies in: fp32, bf16 (~1.5x faster embedding on CPUs with AMX; per-cell "

@@ -7,7 +7,16 @@ import logging
 import time
 from pathlib import Path
 
-from .types import BATCH_SIZE_HELP, CHECKPOINT_HELP, DEVICE_HELP, EPILOG, output_dir, positive_int
+from .types import (
+    BATCH_SIZE_HELP,
+    CHECKPOINT_HELP,
+    DEVICE_HELP,
+    EPILOG,
+    checkpoint_ref,
+    device_name,
+    output_dir,
+    positive_int,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -22,9 +31,9 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
         "(coloured by cell type and by Leiden cluster), with the bundled pretrained `biomjepa-mini` checkpoint unless "
         "--checkpoint is given.")
     d.add_argument("--out", default="demo_out", metavar="DIR", type=output_dir, help="output directory (default: demo_out)")
-    d.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
+    d.add_argument("--checkpoint", default=None, type=checkpoint_ref, help=CHECKPOINT_HELP)
     d.add_argument("--batch-size", type=positive_int, default=None, help=BATCH_SIZE_HELP)
-    d.add_argument("--device", default="auto", help=DEVICE_HELP)
+    d.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
     d.set_defaults(func=run_demo_command)
     return d
 

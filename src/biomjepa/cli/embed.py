@@ -14,6 +14,8 @@ from .types import (
     EPILOG,
     GENE_FLAGS,
     READ_FLAGS,
+    checkpoint_ref,
+    device_name,
     h5ad_file,
     output_file,
     positive_int,
@@ -32,7 +34,7 @@ def add_embed_parser(subparsers) -> argparse.ArgumentParser:
     e.add_argument("output", type=output_file,
                    help="output .h5ad (input + obsm['X_biomjepa']); replaced only once fully written, so it may "
                    "be INPUT itself")
-    e.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
+    e.add_argument("--checkpoint", default=None, type=checkpoint_ref, help=CHECKPOINT_HELP)
     e.add_argument("--layer", default=None, help="layer holding raw counts (default: X)")
     e.add_argument("--use-raw", action="store_true",
                    help="read the counts from adata.raw (scanpy keeps them there; not with --layer)")
@@ -49,7 +51,7 @@ def add_embed_parser(subparsers) -> argparse.ArgumentParser:
     e.add_argument("--species", default="human", choices=["human", "mouse"],
                    help="species of the gene identifiers; mouse maps through 1:1 orthologs (default: human)")
     e.add_argument("--batch-size", type=positive_int, default=None, help=BATCH_SIZE_HELP)
-    e.add_argument("--device", default="auto", help=DEVICE_HELP)
+    e.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
     e.add_argument("--precision", default=None, choices=["fp32", "bf16", "auto"],
                    help="what the encoder multiplies in: fp32, bf16 (~1.5x faster embedding on CPUs with AMX; per-cell "
                         "cosine >= 0.994 to fp32) or auto (bf16 on CUDA and on CPUs with bf16 units) (default: "

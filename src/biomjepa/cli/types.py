@@ -154,6 +154,32 @@ def positive_seconds(value: str) -> float:
     return seconds
 
 
+def checkpoint_ref(value: str) -> str:
+    """A checkpoint reference whose form is right and that names something: a registered name, an existing
+    directory, or a URL, each optionally pinned with ``#sha256=<64 hex digits>`` (the key in any case); checked
+    before any input is read (:func:`biomjepa._references.parse_reference`; nothing is loaded or downloaded)."""
+    from .._references import parse_reference
+    from .errors import in_flags
+
+    try:
+        parse_reference(value)
+    except (OSError, ValueError) as err:
+        flags = {**READ_FLAGS, " or sha256=.": ".", "`checkpoint=`": "--checkpoint", "checkpoint=": ""}
+        raise argparse.ArgumentTypeError(in_flags(str(err), flags)) from None
+    return value
+
+
+def device_name(value: str) -> str:
+    """``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps`` (whether it is available here is checked when it is used)."""
+    from .._settings import check_device
+
+    try:
+        return check_device(value, "--device")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a device; use auto, cpu, cuda, cuda:N (N = GPU index, "
+                                         "e.g. cuda:0) or mps") from None
+
+
 def h5ad_file(value: str) -> str:
     """An existing, readable ``.h5ad`` (HDF5) file; a missing, unreadable, empty, CSV or other file is a usage
     error naming it and what is expected (:func:`biomjepa.data.files.check_h5ad_file`)."""

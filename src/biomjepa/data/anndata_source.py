@@ -69,6 +69,8 @@ def counts_view(
     through :class:`~biomjepa.data.lognorm.LogNormalized` (``input="lognorm"``) or
     :class:`~biomjepa.data.reads.ReadCounts` (``input="reads"``: plate-based read counts); clear errors otherwise."""
     check_source_args(layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
+    if layer is not None and not use_raw and layer not in adata.layers:  # before a tool makes a view its own
+        raise KeyError(f"Layer {layer!r} not found; available layers: {list(adata.layers)}. Pass `layer=` one of them.")
     source = adata
     if use_raw:
         if getattr(adata, "raw", None) is None:

@@ -48,7 +48,7 @@ def check_h5ad_file(path: str | os.PathLike, *, what: str = "", allow_npz: bool 
     except OSError as err:
         raise type(err)(f"{name} cannot be read ({err.strerror or err}); check its permissions") from None
     if hdf5:
-        _check_not_10x(p, name)
+        _check_anndata_layout(p, name)
         return p
     if allow_npz and head[:4] == b"PK\x03\x04":
         return p
@@ -61,9 +61,10 @@ def check_h5ad_file(path: str | os.PathLike, *, what: str = "", allow_npz: bool 
     raise ValueError(f"{name} is not {expected} (no HDF5 signature): {_CONVERT}")
 
 
-def _check_not_10x(p: Path, name: str) -> None:
-    """An HDF5 file laid out as Cell Ranger's ``filtered_feature_bc_matrix.h5`` (a ``matrix`` group, or v2's genome
-    groups of ``barcodes``/``genes``), not as an ``.h5ad``: say how to convert it."""
+def _check_anndata_layout(p: Path, name: str) -> None:
+    """An HDF5 file without the ``obs`` and ``var`` that anndata writes into every ``.h5ad`` is refused naming what it
+    holds; one laid out as Cell Ranger's ``filtered_feature_bc_matrix.h5`` (a ``matrix`` group, or v2's genome
+    groups of ``barcodes``/``genes``) with how to convert it."""
     import h5py
 
     try:
@@ -72,8 +73,12 @@ def _check_not_10x(p: Path, name: str) -> None:
             v2 = any(isinstance(f[k], h5py.Group) and {"barcodes", "genes"} <= set(f[k].keys()) for k in keys)
     except OSError:
         return  # anndata reports what it cannot read
-    if "X" in keys or "obs" in keys or not ("matrix" in keys or v2):
+    if {"obs", "var"} <= keys:
         return
+    if not ("matrix" in keys or v2):
+        held = ", ".join(sorted(keys)[:8]) + (", …" if len(keys) > 8 else "") if keys else "nothing"
+        raise ValueError(f"{name} is an HDF5 file but not an AnnData .h5ad: it holds {held}, not the obs and var "
+                         f"that anndata writes into every .h5ad; {_CONVERT}")
     raise ValueError(
         f"{name} is a 10x Genomics (Cell Ranger) .h5 file, not an .h5ad. Convert it first, e.g. "
         f"`python -c \"import scanpy as sc; sc.read_10x_h5('{p}').write_h5ad('{p.with_suffix('.h5ad')}')\"`, "

@@ -28,7 +28,9 @@ def _claimed(out_dir):
 
     if out_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        out = Path(tempfile.mkdtemp(prefix=f"adapt-{stamp}-", dir=_mkdir(settings.cachedir / "adapted", "out_dir")))
+        where = _mkdir(settings.cachedir / "adapted", "bj.settings.cachedir", fix="set `bj.settings.cachedir` to a "
+                       "directory you can write to (adapt writes under it when out_dir is not given), or pass out_dir=.")
+        out = Path(tempfile.mkdtemp(prefix=f"adapt-{stamp}-", dir=where))
     else:
         out = Path(os.path.realpath(Path(out_dir).expanduser()))
         if Path(os.path.realpath(os.getcwd())).is_relative_to(out):
@@ -57,20 +59,20 @@ def _claimed(out_dir):
             _CLAIMED.discard(str(out))
 
 
-def _mkdir(path: Path, name: str) -> Path:
+def _mkdir(path: Path, name: str, fix: str | None = None) -> Path:
     """``path`` made (with its parents), or an ``OSError`` (``NotADirectoryError``, ``PermissionError``) naming
-    ``name`` where it cannot be."""
+    ``name`` where it cannot be, and ``fix`` (default: give another ``name``)."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # the path itself, or a folder above it, is a file
-        raise NotADirectoryError(f"{name}: {str(path)!r} (or a folder above it) is a file, not a directory; give "
-                                 f"a {name} whose parent folders are directories.") from None
+        raise NotADirectoryError(f"{name}: {str(path)!r} (or a folder above it) is a file, not a directory; "
+                                 + (fix or f"give a {name} whose parent folders are directories.")) from None
     except PermissionError:
-        raise PermissionError(f"{name}: cannot create {str(path)!r} (permission denied); give a {name} in a "
-                              "folder you can write to.") from None
+        raise PermissionError(f"{name}: cannot create {str(path)!r} (permission denied); "
+                              + (fix or f"give a {name} in a folder you can write to.")) from None
     except OSError as err:  # a read-only file system, a name too long, ...
-        raise OSError(f"{name}: cannot create {str(path)!r} ({err.strerror}); give a {name} in a folder you can "
-                      "write to.") from None
+        raise OSError(f"{name}: cannot create {str(path)!r} ({err.strerror}); "
+                      + (fix or f"give a {name} in a folder you can write to.")) from None
     return path
 
 

@@ -30,13 +30,15 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.divide(num, den, out=np.zeros_like(num, dtype=np.float64), where=den > 0)
 
 
-def parse_perturbations(labels, control: str, sep: str | None = None) -> tuple[dict, dict, str | None]:
+def parse_perturbations(labels, control: str, sep: str | None = None,
+                        ignored: dict | None = None) -> tuple[dict, dict, str | None]:
     """Split condition labels into singles ``{gene: label}`` and doubles ``{label: (a, b)}``.
 
     With ``sep=None`` the first of ``'+'``, ``'_'``, ``'|'`` occurring in a non-control label is
     used. Spaces around a part are dropped (``'A + B'`` is ``A`` and ``B``). A part equal to the control label,
-    ``'ctrl'`` or ``'control'`` is ignored, so ``'A+ctrl'`` is the single ``A``. Labels with more than two genes
-    are ignored.
+    ``'ctrl'``, ``'control'`` or empty is ignored, so ``'A+ctrl'`` and ``'A+'`` are the single ``A``. Labels with
+    more than two genes, one gene twice (``'A+A'``), no gene, or a single already read from another label (``'A'``
+    and ``'A+'``: the first label, in order, is used) are left out, each with the reason in ``ignored``.
     """
     labels = [str(x) for x in labels if str(x) != control]
     if sep is None:
@@ -45,10 +47,14 @@ def parse_perturbations(labels, control: str, sep: str | None = None) -> tuple[d
     for lab in labels:
         parts = [p.strip() for p in (lab.split(sep) if sep else [lab])]  # "A + B" is the double of A and B
         parts = [p for p in parts if p not in (control, *CONTROL_PARTS)]
-        if len(parts) == 1:
-            singles.setdefault(parts[0], lab)
+        if len(parts) == 1 and parts[0] not in singles:
+            singles[parts[0]] = lab
         elif len(parts) == 2 and parts[0] != parts[1]:
             doubles[lab] = (parts[0], parts[1])
+        elif ignored is not None:
+            ignored[lab] = (f"is the single {parts[0]!r} of {singles[parts[0]]!r} again" if len(parts) == 1 else
+                            "names one gene twice" if len(parts) == 2 else
+                            f"names {len(parts)} genes" if parts else "names no gene")
     return singles, doubles, sep
 
 
@@ -258,7 +264,13 @@ def _conditions(labels, labelled, control: str, sep, min_cells: int):
     few = sorted(lab for lab, c in counts.items() if c < min_cells and lab != control)
     if few:
         warnings.warn(f"Conditions with fewer than min_cells={min_cells} cells are dropped: {few}.", stacklevel=3)
-    singles, doubles, used_sep = parse_perturbations([k for k in counts if k not in few], control, sep)
+    ignored = {}
+    singles, doubles, used_sep = parse_perturbations([k for k in counts if k not in few], control, sep, ignored)
+    if ignored:
+        said = "; ".join(f"{lab!r} {why}" for lab, why in list(ignored.items())[:5]) + ("; …" if len(ignored) > 5 else "")
+        warnings.warn(f"{len(ignored)} condition(s) are left out ({said}): only singles ('A') and doubles of two "
+                      f"different genes ('A{used_sep or '+'}B') enter the arithmetic. Relabel their cells to use them.",
+                      UserWarning, stacklevel=3)
     _warn_other_separators(singles, used_sep)
     evaluable = {d: ab for d, ab in doubles.items() if ab[0] in singles and ab[1] in singles}
     if not evaluable:

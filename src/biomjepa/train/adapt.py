@@ -260,7 +260,7 @@ def _train(cfg, clock: _StepClock) -> dict:
     from .loop import pretrain, run_dir_of
     from .signals import last_stop_signal
 
-    with _health_logged():
+    with _health_logged(), _string_notice_in_adapt_words():
         pretrain(cfg, stop_when=clock, resumable=False)
     signum = last_stop_signal()
     if signum is not None:
@@ -298,6 +298,27 @@ def _export(state: dict, work: Path, out: Path, which: str, record: dict, readou
     export(state, ckpt, which=which, pooling=record["recipe"]["pooling"], readout=readout, provenance=provenance)
     os.replace(ckpt, out)
     record["phases"]["export"] = round(exported + time.perf_counter() - t, 2)
+
+
+@contextlib.contextmanager
+def _string_notice_in_adapt_words():
+    """The bundled STRING table's notice (:mod:`biomjepa.data.graph.stringdb`), written for ``biomjepa graph`` and
+    pretraining, whose official-files advice adapt has no option for: an INFO line saying what adapt's graph is."""
+    from ..data.graph.stringdb import BUNDLED_STRING
+    from ..data.graph.stringdb import logger as string_logger
+
+    def in_adapt_words(record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or BUNDLED_STRING not in record.getMessage():
+            return True
+        logger.info("adapt: the gene graph joins the bundled STRING v12 table (%s, without its text-mining channel) "
+                    "with these cells' coexpression, as in the validated recipe", BUNDLED_STRING)
+        return False
+
+    string_logger.addFilter(in_adapt_words)
+    try:
+        yield
+    finally:
+        string_logger.removeFilter(in_adapt_words)
 
 
 @contextlib.contextmanager
