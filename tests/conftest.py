@@ -74,6 +74,24 @@ def ckpt(checkpoints) -> str:
     return checkpoints["good"]
 
 
+@pytest.fixture(scope="session")
+def demo_embedded():
+    """All 1,074 bundled pancreas cells (``bj.datasets.pancreas()``), mapped and embedded with the default model on
+    the CPU in float32 at batch size 64, once per session (slow tests of the bundled model and of bf16 share it;
+    read it, do not modify it)."""
+    import biomjepa as bj
+
+    adata = bj.datasets.pancreas()
+    bj.pp.map_vocab(adata)
+    before = bj.settings.precision
+    bj.settings.precision = "fp32"
+    try:
+        bj.tl.embed(adata, batch_size=64, device="cpu")
+    finally:
+        bj.settings.precision = before
+    return adata
+
+
 @pytest.fixture
 def counts_adata():
     """60 cells × 300 real vocabulary genes of Poisson counts (+ 20 unmapped genes)."""

@@ -42,10 +42,11 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-def _check(adata, bounds: dict, monkeypatch, batch: int) -> tuple[np.ndarray, np.ndarray]:
+def _check(adata, bounds: dict, monkeypatch, batch: int, ref=None) -> tuple[np.ndarray, np.ndarray]:
+    """``ref``: the float32 embedding at ``batch``, when one was made already (else it is made here)."""
     from biomjepa.bench.reconstruction import knn_overlap
 
-    ref = _embed(adata, "fp32", batch, monkeypatch)
+    ref = _embed(adata, "fp32", batch, monkeypatch) if ref is None else ref
     got = _embed(adata, "bf16", batch, monkeypatch)
     other = _embed(adata, "bf16", 7, monkeypatch)
     cos = _cosine(ref, got)
@@ -67,11 +68,12 @@ def test_bf16_stays_within_its_measured_bound(monkeypatch):
 @pytest.mark.skipif(not cpu_bf16_units(),
                     reason="bounds measured on CPUs with bf16 units (AMX, AVX512-BF16); without them bf16 is emulated "
                     "(over 7 minutes for these cells on an AVX2 EPYC) and precision='auto' never picks it")
-def test_bf16_on_all_demo_cells(monkeypatch):
+def test_bf16_on_all_demo_cells(demo_embedded, monkeypatch):
     from biomjepa.bench.probe import few_shot_f1
 
-    adata = bj.datasets.pancreas()
-    bj.pp.map_vocab(adata)
-    ref, got = _check(adata, DEMO, monkeypatch, 64)
+    adata = demo_embedded  # its float32 embedding (CPU, batch 64) is the reference; tl.embed below copies
+    params = adata.uns["biomjepa"]["params"]
+    assert (params["precision"], params["batch_size"], params["device"]) == ("fp32", 64, "cpu")
+    ref, got = _check(adata, DEMO, monkeypatch, 64, ref=adata.obsm["X_biomjepa"])
     labels = adata.obs["cell_type"].astype(str).to_numpy()
     assert few_shot_f1(got, labels) >= few_shot_f1(ref, labels) - DEMO["f1_drop"]
