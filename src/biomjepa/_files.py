@@ -14,8 +14,7 @@ that then (re)writes upgrades its own shared lock); a process refused a lock get
 exclusive holder writes into the lock file: pid, host and command). Platforms without ``fcntl``
 (Windows) run unlocked.
 
-:func:`sigterm_interrupts` turns SIGTERM into :class:`KeyboardInterrupt` while a tool writes (Python's
-default SIGTERM ends the process with no ``finally`` clause run, leaving its temporary files behind).
+Stop signals while writing: :mod:`biomjepa._stops`.
 """
 
 from __future__ import annotations
@@ -25,15 +24,15 @@ import errno
 import logging
 import os
 import shutil
-import signal
 import socket
 import stat
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from ._stops import stops_held
 
 try:
     import fcntl
@@ -87,7 +86,8 @@ def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[
         os.chmod(tmp, mode)  # a writer that recreated the file (safetensors does, 0600) gets the mode back
         os.replace(tmp, target)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with stops_held():  # the clean-up is not cut short by another stop signal
+            tmp.unlink(missing_ok=True)
         raise
 
 
@@ -171,7 +171,8 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
                 os.rename(old, target)
             raise
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with stops_held():
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
 
@@ -193,6 +194,7 @@ class _Held:
     pid: int
     shared: int = 0
     exclusive: int = 0
+    remove: str | None = None  # the lock file to remove at the last release (lock(remove=True))
 
 
 _HELD: dict[str, _Held] = {}  # lock file (real path) → this process' descriptor and counts
@@ -211,6 +213,13 @@ class Lock:
         self._released = True
         _release(self.key, self.shared)
 
+    @property
+    def locked(self) -> bool:
+        """Whether this process holds the file's lock through it (``False`` once released, and where the lock file
+        could not be opened or there are no locks: :func:`lock` then runs unlocked)."""
+        held = _HELD.get(self.key)
+        return not self._released and held is not None and held.pid == os.getpid()
+
     def __enter__(self) -> Lock:
         return self
 
@@ -218,7 +227,7 @@ class Lock:
         self.release()
 
 
-def lock(path: str | os.PathLike, *, shared: bool = False, what: str, fix: str) -> Lock:
+def lock(path: str | os.PathLike, *, shared: bool = False, what: str, fix: str, remove: bool = False) -> Lock:
     """Lock ``path`` (created if needed): exclusive, or ``shared`` with other readers; never waits.
 
     Parameters
@@ -227,6 +236,10 @@ def lock(path: str | os.PathLike, *, shared: bool = False, what: str, fix: str) 
         What is locked, for the error (``"The atlas store OUT.zarr"``).
     fix
         What the user can do instead, appended to the error.
+    remove
+        Remove the lock file when this process gives back its last exclusive hold on it (still holding the lock:
+        a process that opened the file meanwhile locks the file then at the path, :func:`_locked_fd`), so a
+        finished command leaves no lock file with its command line. A killed process leaves it, unlocked.
 
     Raises
     ------
@@ -257,6 +270,7 @@ def lock(path: str | os.PathLike, *, shared: bool = False, what: str, fix: str) 
         held.shared += 1
     else:
         held.exclusive += 1
+        held.remove = str(path) if remove else held.remove
         _write_record(held.fd)
     return Lock(key, shared)
 
@@ -305,6 +319,9 @@ def _release(key: str, shared: bool) -> None:
     else:
         held.exclusive -= 1
     if held.shared <= 0 and held.exclusive <= 0:
+        if held.remove and not shared:  # this process held it alone (exclusive) until now
+            with contextlib.suppress(OSError):
+                os.unlink(held.remove)  # the name locked, never a link's target
         fcntl.flock(held.fd, fcntl.LOCK_UN)
         os.close(held.fd)
         _HELD.pop(key)
@@ -367,22 +384,3 @@ def _busy_message(path: Path, what: str, fix: str) -> str:
             who = [line for line in path.read_text().splitlines() if line.strip()][:1]
     names = "; ".join(dict.fromkeys(who)) or "unknown process"
     return f"{what} is in use by another process ({names}). {fix}"
-
-
-@contextlib.contextmanager
-def sigterm_interrupts(message: str):
-    """Run the body with SIGTERM raising ``KeyboardInterrupt(message)``, as SIGINT does, so that every clean-up
-    runs; the previous handler comes back after (blocks nest). Only the main thread installs handlers;
-    elsewhere, and where SIGTERM was inherited as ignored, the body runs with the process' handling unchanged."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt(message)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:  # None: a handler set outside Python (an embedding host), which Python cannot put back
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

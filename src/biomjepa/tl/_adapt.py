@@ -91,7 +91,9 @@ def adapt(
     Training and the embedding run in ``bj.settings.precision`` (recorded as ``precision``), so a later
     ``bj.tl.embed(adata, checkpoint=out_dir)`` in the same setting gives the same embedding. Ctrl-C or SIGTERM
     stop it with :class:`KeyboardInterrupt`; a stop or an error leaves no checkpoint directory, no scratch files
-    and ``adata`` as it was; a second adapt on the same ``out_dir`` while one runs is refused at once.
+    and ``adata`` as it was (a signal that arrives as the call returns, once ``uns[...]["adapt"]`` is written, leaves
+    the whole result); a second adapt on the same ``out_dir`` while one runs is refused at once, and the scratch
+    directories that killed adapts left beside ``out_dir`` are removed (a warning names each).
 
     Parameters
     ----------
@@ -145,7 +147,7 @@ def adapt(
     ``.var["biomjepa_token"]``
         written only when the genes were not mapped before.
     """
-    from .._files import sigterm_interrupts
+    from .._stops import sigterm_interrupts, stops_held
     from ..data.anndata_source import counts_view, get_modality
 
     t0 = time.perf_counter()
@@ -164,21 +166,21 @@ def adapt(
         _check_base(base)  # may download: a stop there still removes the partial files
         phases = {"map": round(mapped_at - t0, 2), "base": round(time.perf_counter() - mapped_at, 2)}
         with _claimed(out_dir) as out:
-            placed = False  # whether out holds this call's checkpoint (only then is it removed on an error)
+            done = {}  # "placed": out holds this call's checkpoint (removed on a stop or an error); "written": the end
             try:
                 if actual_if_view(adata, "bj.tl.adapt"):  # after the argument, input and out_dir checks
                     target = get_modality(adata, mod)
                     source = counts_view(target, layer=layer, use_raw=use_raw, input=input,
                                          library_size_key=library_size_key)
                 record, cells = _train(source, target.obs_names, layer, token, base, out, steps, seed, time_budget,
-                                       t0, phases)
-                placed = True
-                t = time.perf_counter()
+                                       t0, phases, done)
                 _write(adata, target, source, record, cells, mapped=mapped, layer=layer, use_raw=use_raw,
-                       input=input, library_size_key=library_size_key, species=species, mod=mod, key_added=key_added)
-                target.uns[uns_key_of(key_added)]["adapt"]["phases"]["write"] = round(time.perf_counter() - t, 2)
-            except BaseException:
-                _discard(out, made=out_dir is None, placed=placed)
+                       input=input, library_size_key=library_size_key, species=species, mod=mod, key_added=key_added,
+                       done=done)
+            except BaseException:  # a stop signal after "written" (as the call returns) leaves the whole result
+                if not done.get("written"):
+                    with stops_held():  # never cut in two by another signal
+                        _discard(out, made=out_dir is None, placed=done.get("placed", False))
                 raise
     return adata if copy else None
 
@@ -222,9 +224,11 @@ def _tokens(source, species: str) -> tuple[np.ndarray, bool]:
 
 
 def _train(source, obs_names, layer, token, base: str, out: Path, steps, seed: int, time_budget, t0: float,
-           phases: dict) -> tuple[dict, dict]:
+           phases: dict, done: dict) -> tuple[dict, dict]:
     """Write the cells as a shard in a scratch directory beside ``out``, adapt, embed the cells with the adapted
-    encoder, and remove the scratch; ``(record, embedded cells)`` (:func:`_embed_unstandardized`)."""
+    encoder, and remove the scratch; ``(record, embedded cells)`` (:func:`_embed_unstandardized`). ``done["placed"]``
+    is set as the checkpoint is renamed to ``out``."""
+    from .._stops import stops_held
     from ..data.shard_file import write_shard
     from ..train.adapt import adapt_encoder
 
@@ -244,11 +248,13 @@ def _train(source, obs_names, layer, token, base: str, out: Path, steps, seed: i
         logger.info("adapt: %d cells, %d steps from %s", len(rows), steps, base)
         record = adapt_encoder(work / "cells.npz", out, init_from=base, steps=steps, seed=seed,
                                time_budget=time_budget, started=t0, work_dir=work, readout_of=readout_of,
-                               device=settings.device, precision=settings.precision, progress=settings.show_progress)
+                               device=settings.device, precision=settings.precision, progress=settings.show_progress,
+                               placed=lambda: done.update(placed=True))
         record["phases"] = phases | record["phases"]
         return record, embedded
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        with stops_held():  # the copy of the counts goes whole, whatever signal comes meanwhile
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _embed_unstandardized(source, layer, token, encoder_dir: Path) -> dict:
@@ -297,10 +303,12 @@ def _check_all_mapped(obs_names, rows: np.ndarray) -> None:
 
 
 def _write(adata, target, source, record: dict, cells: dict, *, mapped: bool, layer, use_raw, input, library_size_key,
-           species, mod, key_added: str) -> None:
+           species, mod, key_added: str, done: dict) -> None:
     """Map (if needed) and store the adapted checkpoint's embedding of the cells and its record as
-    :func:`biomjepa.tl.embed` stores them; on any error or interrupt, undo every write."""
+    :func:`biomjepa.tl.embed` stores them (the record last, with ``done["written"]``: the call's result is whole);
+    on any error or interrupt before that, undo every write."""
     from .._pretrained import load_model
+    from .._stops import stops_held
     from ..pp import map_vocab
     from ._embed import _params, store
     from ._utils import input_params
@@ -309,6 +317,7 @@ def _write(adata, target, source, record: dict, cells: dict, *, mapped: bool, la
     before = {k: _copy.deepcopy(target.uns[k]) for k in {UNS_KEY, uns_key} if k in target.uns}
     had_obsm = key_added in target.obsm
     old_obsm = target.obsm[key_added] if had_obsm else None
+    t = time.perf_counter()
     try:
         if not mapped:
             map_vocab(adata, layer=layer, use_raw=use_raw, species=species, mod=mod)
@@ -317,10 +326,15 @@ def _write(adata, target, source, record: dict, cells: dict, *, mapped: bool, la
                          cells["precision"])
         store(adata, target, mod, key_added, uns_key, _mapped(model, cells["Z"]),
               params | input_params(source, input, library_size_key) | marker("adapt"))
-        target.uns[uns_key]["adapt"] = {"checkpoint": record["path"], **{k: v for k, v in record.items() if k != "path"}}
+        record["phases"]["write"] = round(time.perf_counter() - t, 2)
+        with stops_held():
+            target.uns[uns_key]["adapt"] = {"checkpoint": record["path"], **{k: v for k, v in record.items() if k != "path"}}
+            done["written"] = True
     except BaseException:
-        _undo(adata, target, mapped=mapped, use_raw=use_raw, uns_key=uns_key, before=before, key=key_added,
-              old_obsm=old_obsm, had_obsm=had_obsm)
+        if not done.get("written"):
+            with stops_held():
+                _undo(adata, target, mapped=mapped, use_raw=use_raw, uns_key=uns_key, before=before, key=key_added,
+                      old_obsm=old_obsm, had_obsm=had_obsm)
         raise
 
 

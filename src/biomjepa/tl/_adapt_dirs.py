@@ -1,10 +1,12 @@
 """Where ``bj.tl.adapt`` writes: the ``out_dir`` it claims (checked, locked), its scratch directory beside it, and
-what it removes when it stops."""
+what it removes when it stops, or what a killed one left (:func:`_sweep`)."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -15,6 +17,9 @@ from .._settings import settings
 
 _CLAIMED: set[str] = set()  # out_dirs this process is writing (bj.tl.adapt in several threads)
 _CLAIMED_GUARD = threading.Lock()
+#: a scratch directory: ``.<out_dir name>.adapt-<8 characters of tempfile.mkdtemp>`` beside ``out_dir``
+SCRATCH = re.compile(r"^\.(?P<name>.+)\.adapt-[a-z0-9_]{8}$")
+logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -22,9 +27,10 @@ def _claimed(out_dir):
     """The checkpoint directory, checked and locked for this call (a second adapt on it is refused at once).
 
     A symlink is followed (the checkpoint goes where it points). The lock is a hidden file beside the directory,
-    removed when the call ends.
+    removed when the call ends. Scratch directories that killed adapts left beside it are removed (:func:`_sweep`).
     """
     from .._files import LockBusy, lock
+    from .._stops import stops_held
 
     if out_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -50,13 +56,54 @@ def _claimed(out_dir):
             what = "a file" if not out.is_dir() else "not an empty directory"
             raise FileExistsError(f"out_dir={str(out)!r} is {what}; adapt never replaces a checkpoint or other "
                                   "files. Give a new directory (or an empty one).")
+        _sweep(out)
         yield out
     finally:
-        with contextlib.suppress(OSError):
-            path.unlink()  # a waiter that opened it before checks the inode after locking (biomjepa._files.lock)
-        held.release()
-        with _CLAIMED_GUARD:
-            _CLAIMED.discard(str(out))
+        with stops_held():  # the lock file goes with the lock, whatever signal comes meanwhile
+            with contextlib.suppress(OSError):
+                path.unlink()  # a waiter that opened it before checks the inode after locking (biomjepa._files.lock)
+            held.release()
+            with _CLAIMED_GUARD:
+                _CLAIMED.discard(str(out))
+
+
+def _sweep(out: Path) -> None:
+    """Remove, with a warning naming each, the scratch directories (with their copy of the cells' counts) that
+    adapts killed outright (SIGKILL, a power cut) left beside ``out``: this call's own name's (its lock is held by
+    this call), and another name's whose lock this process can take (no process runs that adapt). A scratch
+    directory whose adapt runs, in another process or another thread of this one, stays."""
+    from .._files import LockBusy, lock
+
+    try:
+        entries = sorted(out.parent.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        match = SCRATCH.match(entry.name)
+        if match is None or entry.is_symlink() or not entry.is_dir():
+            continue
+        name = match["name"]
+        if name == out.name:
+            _remove_stale(entry)
+            continue
+        with _CLAIMED_GUARD:  # the file lock is re-entrant within a process: another thread's adapt is told apart here
+            if os.path.realpath(out.parent / name) in {os.path.realpath(c) for c in _CLAIMED}:
+                continue
+            try:
+                held = lock(out.parent / f".{name}.adapt.lock", what=f"out_dir={str(out.parent / name)!r}",
+                            fix="It is running.", remove=True)
+            except LockBusy:
+                continue
+        with held:
+            if held.locked:
+                _remove_stale(entry)
+
+
+def _remove_stale(entry: Path) -> None:
+    shutil.rmtree(entry, ignore_errors=True)
+    if not entry.exists():
+        logger.warning("removed %s, the scratch directory (with a copy of the cells' counts) of a bj.tl.adapt that was "
+                       "killed before it could remove it", entry)
 
 
 def _mkdir(path: Path, name: str, fix: str | None = None) -> Path:

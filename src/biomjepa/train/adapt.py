@@ -72,6 +72,7 @@ def adapt_encoder(
     device: str = "auto",
     precision: str = "fp32",
     progress: bool = True,
+    placed: Callable[[], object] | None = None,
 ) -> dict:
     """Adapt ``init_from``'s encoder to the cells of ``shard`` for ``steps`` steps; write it to ``out_dir``.
 
@@ -105,6 +106,10 @@ def adapt_encoder(
         The training device (``"auto"``: CUDA when available), its precision (``"fp32"``, ``"bf16"`` or ``"auto"``,
         :func:`biomjepa._device.resolve_precision`; the resolved one is recorded as ``precision``), and whether to
         show a progress bar.
+    placed
+        Called right after the checkpoint is renamed to ``out_dir``, with stop signals held back from the rename to
+        the end of the call (:func:`biomjepa._stops.stops_held`): whatever stops this function, the caller knows
+        whether ``out_dir`` holds the checkpoint.
 
     Returns
     -------
@@ -115,8 +120,8 @@ def adapt_encoder(
     ``readout`` (``readout_of``) and ``export`` (both exports, manifest and rename).
     """
     from .._device import resolve_device, resolve_precision
-    from .._files import sigterm_interrupts
     from .._pretrained import load_model
+    from .._stops import sigterm_interrupts
     from ..data.adapted_genes import shard_genes
     from ..model import checkpoint_sha256
 
@@ -142,7 +147,7 @@ def adapt_encoder(
                   "seconds": round(seconds, 2), "recipe": dict(recipe), "seed": int(seed),
                   "n_cells": _n_cells(cfg), "time_budget": time_budget, "precision": precision,
                   "graph": "cached" if cached else "built", "phases": clock.phases()}
-        _export(state, work, out, recipe["encoder"], record, readout_of, shard_genes(shard))
+        _export(state, work, out, recipe["encoder"], record, readout_of, shard_genes(shard), placed)
     meta = (out / "config.json").read_text()
     import json
 
@@ -279,10 +284,12 @@ def _n_cells(cfg) -> int:
 
 
 def _export(state: dict, work: Path, out: Path, which: str, record: dict, readout_of: Callable[[Path], dict],
-            genes: dict) -> None:
+            genes: dict, placed: Callable[[], object] | None) -> None:
     """Export ``which`` encoder of ``state`` without feature statistics, let ``readout_of`` measure them on it,
     export it again with them (``record`` in its provenance, and ``genes``, the vocabulary genes the cells detected:
-    :mod:`biomjepa.data.adapted_genes`) and rename that checkpoint to ``out``."""
+    :mod:`biomjepa.data.adapted_genes`) and rename that checkpoint to ``out`` (then ``placed()``, in one step that no
+    stop signal cuts)."""
+    from .._stops import stops_held
     from ..data.adapted_genes import KEY
     from .checkpoint import export
 
@@ -296,7 +303,10 @@ def _export(state: dict, work: Path, out: Path, which: str, record: dict, readou
     record["phases"]["readout"] = round(time.perf_counter() - t, 2)
     t = time.perf_counter()
     export(state, ckpt, which=which, pooling=record["recipe"]["pooling"], readout=readout, provenance=provenance)
-    os.replace(ckpt, out)
+    with stops_held():
+        os.replace(ckpt, out)
+        if placed is not None:
+            placed()
     record["phases"]["export"] = round(exported + time.perf_counter() - t, 2)
 
 
