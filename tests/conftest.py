@@ -12,10 +12,18 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 @pytest.fixture(autouse=True, scope="session")
 def _few_threads():
+    """Two torch threads (the two cores of CI). Under pytest-xdist (``-n N``, not used by README's command yet) the
+    cores are shared: ``2 // N`` threads per worker (at least one), and the processes a test starts (kernels,
+    interpreters, torchrun ranks) inherit ``OMP_NUM_THREADS`` to match."""
+    import os
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, 2 // workers))
     try:
         import torch
 
-        torch.set_num_threads(2)
+        torch.set_num_threads(max(1, 2 // workers))
     except ImportError:  # pragma: no cover
         pass
 
