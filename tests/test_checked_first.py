@@ -127,4 +127,4 @@ def test_adapt_says_what_its_string_graph_is_not_which_files_to_pass(caplog):
         stringdb._read_bundled(None)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("adapt: the gene graph joins the bundled STRING v12 table" in r.getMessage() for r in caplog.records)
-    assert not any("--string-links" in r.getMessage() for r in caplog.records)
+    assert not any("9606.protein" in r.getMessage() for r in caplog.records)  # files adapt has no option for

@@ -32,8 +32,8 @@ def _read_bundled(path: str | Path | None) -> pd.DataFrame:
             logger.warning(
                 "Using the bundled STRING v12 table (%s): its combined score was recomputed WITHOUT the "
                 "text-mining channel, so it holds a subset of the official ≥700 edges. For the paper's graph, "
-                "build it from the official 9606.protein.links/info files (`biomjepa graph CORPUS --out DIR "
-                "--string-links FILE --string-info FILE`) and train with it (`blocks.graph: DIR`).",
+                "build one from the official 9606.protein.links/info files with `biomjepa graph` and train with it "
+                "(`blocks.graph: DIR`).",
                 BUNDLED_STRING,
             )
         raw = resources.files("biomjepa._data").joinpath(BUNDLED_STRING).read_bytes()
