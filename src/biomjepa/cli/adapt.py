@@ -67,6 +67,10 @@ def run_adapt(args: argparse.Namespace) -> None:
 
     from .errors import Stopped
 
+    if args.embed:  # before the work, as `biomjepa embed` says it
+        from .embed import _say_if_output_is_replaced
+
+        _say_if_output_is_replaced(args.input, args.embed, prog="biomjepa adapt")
     adata = ad.read_h5ad(args.input) if args.embed else ad.read_h5ad(args.input, backed="r")
     bj.pp.map_vocab(adata, gene_key=args.gene_key, layer=args.layer, use_raw=args.use_raw, species=args.species,
                     id_type=args.id_type)  # before training: a mapping error or warning is not met after it

@@ -20,10 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="biomjepa", description="BioM-JEPA single-cell foundation model.",
                                 epilog=EPILOG + ". `biomjepa COMMAND --help` explains a command.")
-    p.add_argument("-v", "--verbose", action="store_true", help="log what is done (INFO level)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bars (shown on stderr by default for steps longer than 2 s; "
-                   "bj.settings.progress in Python)")
+    _global_options(p, default=False)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_demo_parser(sub)
     add_embed_parser(sub)
@@ -36,7 +33,18 @@ def build_parser() -> argparse.ArgumentParser:
         add_bench_parser(sub)
     except ImportError:  # pragma: no cover - bench extras not installed
         pass
+    for command in sub.choices.values():  # also after the command, as `embed ... --store` (atlas mode) takes them
+        _global_options(command, default=argparse.SUPPRESS)
     return p
+
+
+def _global_options(p: argparse.ArgumentParser, default) -> None:
+    """``-v`` and ``--no-progress``, on ``biomjepa`` and on each command (``default=argparse.SUPPRESS`` there, so
+    that leaving them out after the command keeps what was given before it)."""
+    p.add_argument("-v", "--verbose", action="store_true", default=default, help="log what is done (INFO level)")
+    p.add_argument("--no-progress", action="store_true", default=default,
+                   help="no progress bars (shown on stderr by default for steps longer than 2 s; "
+                   "bj.settings.progress in Python)")
 
 
 def main(argv: list[str] | None = None) -> int:

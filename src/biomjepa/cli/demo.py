@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import sys
 import time
+import warnings
 from pathlib import Path
 
 from .types import (
@@ -19,6 +22,8 @@ from .types import (
 )
 
 logger = logging.getLogger(__name__)
+#: the files the demo writes into ``--out``
+H5AD, PNG = "pancreas_embedded.h5ad", "umap_pancreas.png"
 
 
 def add_demo_parser(subparsers) -> argparse.ArgumentParser:
@@ -45,6 +50,7 @@ def run_demo_command(args: argparse.Namespace) -> None:
     import biomjepa as bj
 
     t0 = time.perf_counter()
+    _say_if_replaced(Path(args.out))
     out = run_demo(args.out, checkpoint=args.checkpoint, batch_size=args.batch_size, device=args.device)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"biomjepa {bj.__version__}: {out['message']}")
@@ -56,7 +62,9 @@ def run_demo(out: str | Path, *, checkpoint=None, batch_size=None, device="auto"
 
     The PNG has two panels: the UMAP coloured by cell type and by Leiden cluster; the returned
     message gives the adjusted Rand index of the clusters against the cell types. A progress bar
-    names the step under way (``bj.settings.progress``), above the embedding's own bar.
+    names the step under way (``bj.settings.progress``), above the embedding's own bar. Each file replaces an
+    earlier demo's only once written in full; scanpy's and matplotlib's deprecation notices about the demo's own
+    calls are not shown (they are for the package's maintainers, not for its user).
     """
     import scanpy as sc
 
@@ -75,15 +83,18 @@ def run_demo(out: str | Path, *, checkpoint=None, batch_size=None, device="auto"
         seconds = time.perf_counter() - t0
         steps.update()
         steps.set_postfix_str("neighbours, UMAP, Leiden")
-        sc.pp.neighbors(adata, use_rep="X_biomjepa")
-        sc.tl.umap(adata, random_state=0)
-        ari = _leiden(adata)
+        with _their_deprecations_quiet():
+            sc.pp.neighbors(adata, use_rep="X_biomjepa")
+            sc.tl.umap(adata, random_state=0)
+            ari = _leiden(adata)
         steps.update()
         steps.set_postfix_str("figure")
-        _figure(adata, ari, out / "umap_pancreas.png")
+        _figure(adata, ari, out / PNG)
         steps.update()
         steps.set_postfix_str("writing .h5ad")
-        adata.write_h5ad(out / "pancreas_embedded.h5ad")
+        from .embed import write_h5ad_atomic
+
+        write_h5ad_atomic(adata, out / H5AD)
         steps.update()
     params = adata.uns["biomjepa"]["params"]
     message = (
@@ -91,13 +102,38 @@ def run_demo(out: str | Path, *, checkpoint=None, batch_size=None, device="auto"
         f"on {params.get('device')} ({adata.obsm['X_biomjepa'].shape[1]}-d); "
         f"{adata.obs['leiden'].nunique()} Leiden clusters, ARI vs cell type {ari:.2f}"
     )
-    return {"message": message, "h5ad": out / "pancreas_embedded.h5ad", "png": out / "umap_pancreas.png"}
+    return {"message": message, "h5ad": out / H5AD, "png": out / PNG}
+
+
+def _say_if_replaced(out: Path) -> None:
+    """An earlier demo's files in ``out`` are replaced: say so before the work."""
+    there = [str(out / name) for name in (H5AD, PNG) if (out / name).exists()]
+    if there:
+        print(f"biomjepa demo: {' and '.join(there)} exist{'s' if len(there) == 1 else ''} and will be replaced (each "
+              "once its new version is written in full). Give another --out to keep them.", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _their_deprecations_quiet():
+    """Deprecation notices (``DeprecationWarning``, ``PendingDeprecationWarning``, ``FutureWarning``) that scanpy and
+    matplotlib raise about the demo's own calls: for the package's maintainers, not shown to the demo's user."""
+    with warnings.catch_warnings():
+        for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
+            warnings.filterwarnings("ignore", category=category)
+        yield
 
 
 def _figure(adata, ari: float, path: Path) -> None:
-    """UMAP coloured by cell type and by Leiden cluster, two panels, written to ``path``."""
+    """UMAP coloured by cell type and by Leiden cluster, two panels, written to ``path`` (whole or not at all)."""
+    with _their_deprecations_quiet():
+        _draw(adata, ari, path)
+
+
+def _draw(adata, ari: float, path: Path) -> None:
     import scanpy as sc
     from matplotlib.figure import Figure  # no pyplot: the caller's matplotlib backend is left alone
+
+    from .._files import atomic_path
 
     fig = Figure(figsize=(13, 5), layout="constrained")
     ax_type, ax_leiden = fig.subplots(1, 2)
@@ -110,7 +146,8 @@ def _figure(adata, ari: float, path: Path) -> None:
         legend_loc="on data",
         title=f"Leiden clusters (ARI vs cell type {ari:.2f})",
     )
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
 
 
 def _leiden(adata) -> float:

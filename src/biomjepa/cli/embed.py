@@ -95,9 +95,10 @@ def run_embed(args: argparse.Namespace) -> None:
     print(f"wrote obsm['X_biomjepa'] {adata.obsm['X_biomjepa'].shape} to {args.output}")
 
 
-def _say_if_output_is_replaced(input: str, output: str) -> None:
-    """OUTPUT, an existing file other than INPUT, is replaced: say so before the work, and name atlas mode, which
-    is what `biomjepa embed a.h5ad b.h5ad` may have meant."""
+def _say_if_output_is_replaced(input: str, output: str, prog: str = "biomjepa embed") -> None:
+    """OUTPUT, an existing file other than INPUT, is replaced: say so before the work (``biomjepa embed`` and
+    ``biomjepa adapt --embed``), and, for ``embed``, name atlas mode, which is what `biomjepa embed a.h5ad b.h5ad`
+    may have meant."""
     import os
     import sys
     from pathlib import Path
@@ -105,8 +106,9 @@ def _say_if_output_is_replaced(input: str, output: str) -> None:
     out = Path(output)
     if not out.exists() or (Path(input).exists() and os.path.samefile(input, out)):
         return
-    print(f"biomjepa embed: {output} exists and will be replaced by {input}'s cells with their embedding. To embed "
-          "several files, list them all and give a store: `biomjepa embed a.h5ad b.h5ad --store atlas.zarr`.",
+    atlas = (" To embed several files, list them all and give a store: `biomjepa embed a.h5ad b.h5ad --store "
+             "atlas.zarr`." if prog == "biomjepa embed" else "")
+    print(f"{prog}: {output} exists and will be replaced by {input}'s cells with their embedding.{atlas}",
           file=sys.stderr)
 
 

@@ -71,16 +71,19 @@ def warn_if_reads(totals: np.ndarray, where: str) -> None:
 UMI_LIKE = 50_000
 
 
-def warn_if_umis(totals: np.ndarray, where: str) -> None:
-    """Warn when counts declared as plate-based reads have the library sizes of droplet molecule counts."""
+def warn_if_umis(totals: np.ndarray, where: str, corpus: bool = False) -> None:
+    """Warn when counts declared as plate-based reads (``input='reads'``; a training ``corpus`` entry's ``counts:
+    reads``) have the library sizes of droplet molecule counts."""
     import warnings
 
     if len(totals) and float(np.median(totals)) < UMI_LIKE:
+        said, fix = ("`counts: reads` in its corpus entry", "remove `counts: reads` from the entry") if corpus else \
+            ("input='reads'", "pass input='counts'")
         warnings.warn(
-            f"{where}: declared as read counts (input='reads'), but the median library size is "
-            f"{np.median(totals):,.0f}, the depth of droplet molecule counts (UMIs), not of plate-based reads "
-            "(0.2-3 M per cell). Read as reads, genes under one count per 10,000 are dropped; pass input='counts' "
-            "for droplet data.", UserWarning, stacklevel=4)
+            f"{where}: declared as read counts ({said}), but the median library size of its first {len(totals):,} "
+            f"cells is {np.median(totals):,.0f} (under {UMI_LIKE:,}), the depth of droplet molecule counts (UMIs), not "
+            "of plate-based reads (0.2-3 M per cell). Read as reads, genes under one count per 10,000 are dropped; "
+            f"{fix} for droplet data.", UserWarning, stacklevel=4)
 
 
 def check_count_kind(kind, where: str) -> str:

@@ -140,8 +140,11 @@ def iter_vocab_counts(
     tool, warned = where is None, False
     for rows, block in iter_checked_counts(adata, layer=layer, chunk=chunk, start=start, stop=stop, where=where):
         counts, totals = to_vocab_counts(block, token, V)
-        if tool and not warned and not isinstance(adata, LogNormalized):
-            (warn_if_umis if reads else warn_if_reads)(totals, where_label(layer, adata))
+        if (tool or reads) and not warned and not isinstance(adata, LogNormalized):  # corpus files: reads too
+            if reads:
+                warn_if_umis(totals, where_label(layer, adata) if tool else where, corpus=not tool)
+            else:
+                warn_if_reads(totals, where_label(layer, adata))
             warned = True
         yield (rows, *molecule_equivalents(counts, totals)) if reads else (rows, counts, totals)
 
