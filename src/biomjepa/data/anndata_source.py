@@ -147,19 +147,25 @@ def write_joint_obsm(data, mod: str | None, key: str, values: np.ndarray) -> Non
 
 def token_column(adata, key: str = TOKEN_KEY, vocab_size: int | None = None) -> np.ndarray:
     """The ``var`` vocabulary-index column written by :func:`biomjepa.pp.map_vocab` (``.raw.var`` for :class:`RawCounts`),
-    checked: integers, at least one gene mapped, none past the vocabulary (``vocab_size``, default the bundled one's)."""
+    checked: integers, at least one gene mapped, none past the vocabulary (``vocab_size``, default the bundled one's).
+    Without the default column, the one the latest ``map_vocab`` wrote (:func:`~biomjepa.data.mapping.mapped_key`)."""
+    from .mapping import mapped_key, missing_hint
+
+    key = mapped_key(adata, key)
     if key not in adata.var:
         if isinstance(adata, RawCounts):
-            hint = " (adata.var has it: pass use_raw=False to read X)" if key in adata._adata.var else ""
-            raise KeyError(f"Did not find .raw.var[{key!r}]. Run `bj.pp.map_vocab(adata, use_raw=True)` first{hint}.")
+            hint = " (adata.var has it: pass use_raw=False to read X)" if mapped_key(adata._adata, key) in \
+                adata._adata.var else ""
+            raise KeyError(f"Did not find .raw.var[{key!r}]. Run `bj.pp.map_vocab(adata, use_raw=True)` first{hint}."
+                           f"{missing_hint(adata)}")
         raw = getattr(adata, "raw", None)
-        if raw is not None and key in raw.var:
+        if raw is not None and mapped_key(RawCounts(adata), key) in raw.var:
             raise KeyError(
                 f"Did not find .var[{key!r}], but .raw.var has it: `bj.pp.map_vocab(adata, use_raw=True)` mapped the "
                 "genes of adata.raw. Pass use_raw=True to read the counts there, or run `bj.pp.map_vocab(adata)` to "
                 "read X."
             )
-        raise KeyError(f"Did not find .var[{key!r}]. Run `bj.pp.map_vocab(adata)` first.")
+        raise KeyError(f"Did not find .var[{key!r}]. Run `bj.pp.map_vocab(adata)` first.{missing_hint(adata)}")
     token = adata.var[key].to_numpy()
     if not np.issubdtype(token.dtype, np.integer):
         raise TypeError(f".var[{key!r}] must hold integer vocabulary indices; rerun `bj.pp.map_vocab`.")

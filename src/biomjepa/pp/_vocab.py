@@ -85,7 +85,9 @@ def map_vocab(
     mod
         MuData modality to use (default ``"rna"``); only for MuData input.
     key_added
-        ``var`` column to write; default ``"biomjepa_token"``.
+        ``var`` column to write; default ``"biomjepa_token"``. The tools read ``"biomjepa_token"`` or, without it,
+        the column of the latest ``map_vocab`` (named in its report), so ``key_added="tok"`` alone is read; with both
+        columns the default one is read, with a warning naming both (:mod:`biomjepa.data.mapping`).
     copy
         Return a modified copy instead of writing into ``adata``.
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import TOKEN_KEY, check_key_added
+from .._keys import TOKEN_KEY
 from .._settings import settings
 from ..data.graph import graph_label
 from ._null import check_null_args, count_in, expression_bins, matched_random_set, scan_gene_stats
-from ._owners import claim, marker
+from ._owners import marker, owned_key, writer_of
 from ._utils import case_hint, check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
@@ -144,12 +144,10 @@ def ablate_programme(
     bs = check_batch_size(batch_size)
     n_random, n_cells, n_bins, random_state = check_null_args(n_random, n_cells, n_bins, random_state)
     check_copy(adata, copy)
-    key_added = check_key_added(key_added, "ablation")
-    own = claim(adata, mod, "ablate_programme", key_added)  # before any work: another tool's results stay
+    key_added = owned_key(adata, mod, "ablate_programme", key_added, "ablation")  # another tool's results stay
     adata = adata.copy() if copy else adata
-    target, source = mapped_source(
-        adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
-    )
+    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, input=input,
+                                   library_size_key=library_size_key, token_key=TOKEN_KEY)
     if target.n_obs == 0:
         raise ValueError("adata has no cells.")
     programmes = _resolve_programmes(programme, graph)
@@ -176,18 +174,18 @@ def ablate_programme(
         "null": "mean-expression × detection quantile bins over detected genes",
         **input_params(source, input, library_size_key),
     }
-    _write(target, key_added, result, rows, own)
+    _write(target, key_added, result, rows)
     return adata if copy else None
 
 
-def _write(target, key_added: str, result: dict, rows: np.ndarray, own: bool) -> None:
+def _write(target, key_added: str, result: dict, rows: np.ndarray) -> None:
     """``uns[key_added]``, ``obs[f"{key_added}_excess"]`` with one programme (NaN for cells not sampled; else gone)."""
     if len(result["params"]["programmes"]) == 1:
         col = np.full(target.n_obs, np.nan)
         col[rows] = result["cells"]["excess"].to_numpy()
         target.obs[f"{key_added}_excess"] = col
-    elif own and f"{key_added}_excess" in target.obs:
-        del target.obs[f"{key_added}_excess"]
+    elif f"{key_added}_excess" in target.obs and writer_of(key_added, target.uns.get(key_added)) == "ablate_programme":
+        del target.obs[f"{key_added}_excess"]  # an earlier call's
     target.uns[key_added] = result
 
 

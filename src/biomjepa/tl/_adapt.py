@@ -213,12 +213,15 @@ def _check_base(base: str) -> None:
 
 
 def _tokens(source, species: str) -> tuple[np.ndarray, bool]:
-    """The genes' vocabulary indices, and whether ``var["biomjepa_token"]`` already held them (else mapped here)."""
+    """The genes' vocabulary indices, and whether ``bj.pp.map_vocab``'s column already held them (else mapped here;
+    :func:`~biomjepa.data.mapping.check_mapping` says which column when there is a choice)."""
     from ..data.anndata_source import token_column
     from ..data.idtable import map_var
+    from ..data.mapping import check_mapping
 
-    if TOKEN_KEY in source.var:
-        return token_column(source, TOKEN_KEY), True
+    key = check_mapping(source)
+    if key in source.var:
+        return token_column(source, key), True
     _, res = map_var(source.var_names, source.var, n_obs=source.n_obs, species=species)
     return np.asarray(res.token, dtype=np.int64), False
 

@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import TOKEN_KEY, check_key_added
+from .._keys import TOKEN_KEY
 from .._settings import settings
 from ._null import check_null_args
 from ._null import count_in as _count_in
-from ._owners import claim, marker
+from ._owners import marker, owned_key
 from ._utils import check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
@@ -169,12 +169,10 @@ def programme_dependencies(
     bs = check_batch_size(batch_size)
     n_random, n_cells, n_bins, random_state = check_null_args(n_random, n_cells, n_bins, random_state)
     check_copy(adata, copy)
-    key_added = check_key_added(key_added, "programme_dependencies")
-    claim(adata, mod, "programme_dependencies", key_added)  # before any work: another tool's results stay
+    key_added = owned_key(adata, mod, "programme_dependencies", key_added, "programme_dependencies")
     adata = adata.copy() if copy else adata
-    target, source = mapped_source(
-        adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
-    )
+    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, input=input,
+                                   library_size_key=library_size_key, token_key=TOKEN_KEY)
     if target.n_obs == 0:
         raise ValueError("adata has no cells.")
     progs = _check_inputs(target, programmes, groupby, matched)

@@ -18,10 +18,10 @@ import numpy as np
 
 from .._device import dtype_label
 from .._docs import doc_params
-from .._keys import TOKEN_KEY, check_key_added
+from .._keys import TOKEN_KEY
 from .._settings import settings
 from ._finetune_fit import fit_head, macro_f1
-from ._owners import claim, marker
+from ._owners import marker, owned_key
 from ._utils import check_batch_size, check_copy, input_params, mapped_source
 
 if TYPE_CHECKING:
@@ -142,8 +142,7 @@ def finetune(
     weight_decay = check_number("weight_decay", weight_decay, low=0)
     random_state = check_int("random_state", random_state, low=0, example=0)
     check_copy(adata, copy)
-    key_added = check_key_added(key_added, "biomjepa_finetune")
-    claim(adata, mod, "finetune", key_added)  # before any work: another tool's results stay
+    key_added = owned_key(adata, mod, "finetune", key_added, "biomjepa_finetune")  # another tool's results stay
     adata = adata.copy() if copy else adata
     codes, classes = _labels(get_modality(adata, mod), label_key)
     # fail early, before loading a model

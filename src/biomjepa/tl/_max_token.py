@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import TOKEN_KEY, check_key_added
+from .._keys import TOKEN_KEY
 from .._settings import settings
-from ._owners import claim, marker
+from ._owners import marker, owned_key
 from ._utils import check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
 
 if TYPE_CHECKING:
@@ -154,8 +154,7 @@ def max_token(
 
     bs = check_batch_size(batch_size)
     check_copy(adata, copy)
-    key_added = check_key_added(key_added, "max_token")
-    claim(adata, mod, "max_token", key_added)  # before any work: another tool's results stay
+    key_added = owned_key(adata, mod, "max_token", key_added, "max_token")  # before any work: another tool's stay
     adata = adata.copy() if copy else adata
     target, source = mapped_source(
         adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .._keys import OBSM_KEY, UNS_KEY, uns_key_of
+from .._keys import OBSM_KEY, UNS_KEY, check_key_added, uns_key_of
 
 #: field of a record's ``params`` naming the tool that wrote it
 TOOL = "tool"
@@ -65,23 +65,24 @@ def writer_of(uns_key: str, record) -> str | None:
     return None
 
 
-def claim(data, mod: str | None, tool: str, key: str) -> bool:
-    """Refuse (``ValueError`` naming ``key_added`` and a free key) when ``tool`` would write ``key`` 's entries where
-    another tool's results are, in ``data`` (an AnnData) or its modality ``mod`` (a MuData). Reads only.
+def owned_key(data, mod: str | None, tool: str, key_added, default: str) -> str:
+    """``key_added`` of ``tool`` checked before any work: :func:`~biomjepa._keys.check_key_added`, then
+    :func:`claim`."""
+    key = check_key_added(key_added, default)
+    claim(data, mod, tool, key)
+    return key
 
-    Returns whether ``data`` holds ``tool``'s own record under ``key`` (which the call replaces whole).
-    """
+
+def claim(data, mod: str | None, tool: str, key: str) -> None:
+    """Refuse (``ValueError`` naming ``key_added`` and a free key) when ``tool`` would write ``key`` 's entries where
+    another tool's results are, in ``data`` (an AnnData) or its modality ``mod`` (a MuData). Reads only."""
     from ..data.anndata_source import get_modality
 
     adata = get_modality(data, mod)
     mine = _entries(tool, key)
-    own = False
     for name, record in list(getattr(adata, "uns", {}).items()):
         writer = writer_of(name, record)
-        if writer is None:
-            continue
-        if _owner(writer) == _owner(tool):
-            own = own or name == mine[0]
+        if writer is None or _owner(writer) == _owner(tool):
             continue
         theirs = _entries(writer, OBSM_KEY if _owner(writer) == "embed" and name == UNS_KEY else name)
         clash = [e for e in _present(adata, theirs) if e in _names(mine)]
@@ -92,7 +93,6 @@ def claim(data, mod: str | None, tool: str, key: str) -> bool:
                 f"uns[{name!r}]); a tool replaces only its own results. Pass another key, e.g. key_added="
                 f"{free_key(adata, tool, key)!r}, or remove the other results first (`del adata.uns[{name!r}]`)."
             )
-    return own
 
 
 def free_key(adata, tool: str, key: str) -> str:

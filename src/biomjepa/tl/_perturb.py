@@ -189,17 +189,15 @@ def perturbation_arithmetic(
         covariate per single.
     """
     from .._checks import check_adata, check_int
-    from .._keys import check_key_added
     from ..data.anndata_source import get_modality
-    from ._owners import claim, marker
+    from ._owners import marker, owned_key
     from ._utils import labels_or_drop
 
     check_adata(adata)
     n_random, min_cells, n_bins = check_int("n_random", n_random), check_int("min_cells", min_cells), check_int("n_bins", n_bins)
     n_cells, n_controls = check_int("n_cells", n_cells, none_ok=True), check_int("n_controls", n_controls, none_ok=True)
     random_state = check_int("random_state", random_state, low=0, example=0)
-    key_added = check_key_added(key_added, "perturbation_arithmetic")
-    claim(adata, mod, "perturbation_arithmetic", key_added)  # before any work: another tool's results stay
+    key_added = owned_key(adata, mod, "perturbation_arithmetic", key_added, "perturbation_arithmetic")
     adata = adata.copy() if copy else adata
     target = get_modality(adata, mod)
     _check_keys(target, use_rep, perturbation_key, n_random)

@@ -67,8 +67,10 @@ def mapped_modality(adata, mod: str | None, token_key: str = TOKEN_KEY):
     For a MuData the error names the modality that lacks the column and the modalities that have it.
     """
     from ..data.anndata_source import get_modality, token_column
+    from ..data.mapping import mapped_key
 
     target = get_modality(adata, mod)
+    token_key = mapped_key(target, token_key)
     if hasattr(adata, "mod") and token_key not in target.var:
         name = mod or "rna"
         have = [k for k, m in adata.mod.items() if token_key in m.var]
@@ -102,16 +104,19 @@ def mapped_source(
     ``source`` is ``target``, its ``.raw`` (``use_raw=True``,
     :class:`~biomjepa.data.anndata_source.RawCounts`), or either read as log-normalized values
     (``input="lognorm"``, :class:`~biomjepa.data.lognorm.LogNormalized`); checked for ``bj.pp.map_vocab``'s
-    column.
+    column (:func:`~biomjepa.data.mapping.check_mapping` says which one is read when there is a choice).
     """
     from ..data.anndata_source import counts_view, get_modality, token_column
+    from ..data.mapping import check_mapping, mapped_key
 
     target = get_modality(adata, mod)
     source = counts_view(target, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
     if use_raw:
-        _current(target, token_column(source, token_key), token_key)
+        key = mapped_key(source, token_key)
+        _current(target, token_column(source, key), key)
     else:
         mapped_modality(adata, mod, token_key)  # its errors name the MuData modalities that are mapped
+    check_mapping(source)
     return target, source
 
 
