@@ -108,7 +108,8 @@ def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: s
     """
     from ._references import parse_reference
 
-    kind, ref, pin = parse_reference(settings.checkpoint if checkpoint is None else checkpoint, sha256)
+    kind, ref, pin = parse_reference(settings.checkpoint if checkpoint is None else checkpoint, sha256,
+                                     registry=REGISTRY)
     if kind == "name":
         entry = REGISTRY[ref]
         if "path" not in entry:

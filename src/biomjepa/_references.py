@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 _PIN = re.compile(r"\s*sha256\s*=(.*)", re.IGNORECASE | re.DOTALL)
@@ -58,20 +59,19 @@ def check_form(value, name: str = "checkpoint") -> str:
     return ref
 
 
-def parse_reference(ref, sha256: str | None = None) -> tuple[str, str, str | None]:
-    """``(kind, target, pin)``: ``kind`` ``"name"`` (``target`` the registered name), ``"url"`` or ``"dir"``
-    (``target`` the reference without its pin), ``pin`` the sha256 digest asked for (``#sha256=`` or ``sha256``)
-    or ``None``. A malformed, unknown or unpinned-URL reference is refused here, before any file is read."""
-    from ._pretrained import REGISTRY
-
+def parse_reference(ref, sha256: str | None = None, *, registry: Mapping) -> tuple[str, str, str | None]:
+    """``(kind, target, pin)``: ``kind`` ``"name"`` (``target`` a name of ``registry``, :data:`biomjepa._pretrained.
+    REGISTRY`), ``"url"`` or ``"dir"`` (``target`` the reference without its pin), ``pin`` the sha256 digest asked for
+    (``#sha256=`` or ``sha256``) or ``None``. A malformed, unknown or unpinned-URL reference is refused here, before
+    any file is read."""
     ref = check_form(ref)
-    target, pin = (ref, None) if ref in REGISTRY else split_pin(ref)
+    target, pin = (ref, None) if ref in registry else split_pin(ref)
     if sha256 is not None:
         given = hex_digest(sha256)
         if pin is not None and pin != given:
             raise ValueError(f"checkpoint={ref!r} pins sha256 {pin} but sha256= asks for {given}; give one of them.")
         pin = given
-    if target in REGISTRY:
+    if target in registry:
         return "name", target, pin
     if target.startswith(("http://", "https://")):
         if pin is None:
@@ -84,8 +84,8 @@ def parse_reference(ref, sha256: str | None = None) -> tuple[str, str, str | Non
     if target != ref:
         raise FileNotFoundError(f"Checkpoint directory {target!r} (pinned by {ref!r}) does not exist. Pass "
                                 "`checkpoint=` an existing checkpoint directory, as `DIR#sha256=<hex>` to pin it, or a "
-                                f"registered name ({', '.join(sorted(REGISTRY))}), as `NAME#sha256=<hex>`.")
-    known = ", ".join(sorted(REGISTRY)) or "none bundled in this version"
+                                f"registered name ({', '.join(sorted(registry))}), as `NAME#sha256=<hex>`.")
+    known = ", ".join(sorted(registry)) or "none bundled in this version"
     raise FileNotFoundError(
         f"Checkpoint {ref!r} is neither a registered name ({known}), an existing directory, nor an "
         "http(s) URL. Pass `checkpoint=` a directory exported by `bj.train` or set `bj.settings.checkpoint`."

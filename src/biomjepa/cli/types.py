@@ -158,11 +158,12 @@ def checkpoint_ref(value: str) -> str:
     """A checkpoint reference whose form is right and that names something: a registered name, an existing
     directory, or a URL, each optionally pinned with ``#sha256=<64 hex digits>`` (the key in any case); checked
     before any input is read (:func:`biomjepa._references.parse_reference`; nothing is loaded or downloaded)."""
+    from .._pretrained import REGISTRY
     from .._references import parse_reference
     from .errors import in_flags
 
     try:
-        parse_reference(value)
+        parse_reference(value, registry=REGISTRY)
     except (OSError, ValueError) as err:
         flags = {**READ_FLAGS, " or sha256=.": ".", "`checkpoint=`": "--checkpoint", "checkpoint=": ""}
         raise argparse.ArgumentTypeError(in_flags(str(err), flags)) from None
