@@ -311,7 +311,7 @@ def test_shipping_rule_reads_seed_zero_with_one_seed_and_needs_both_tissues():
 
 
 def test_knn_agreement_counts_neighbours_of_the_same_label_without_the_cell_itself():
-    from benchmarks.evaluation.scanpy_defaults import knn_agreement
+    from benchmarks.protocol import knn_agreement
 
     rng = np.random.default_rng(0)
     labels = np.repeat(["a", "b"], 30)
@@ -399,11 +399,13 @@ def test_adapt_vs_scvi_refuses_the_test_cells_in_the_tissue_list(argv, message, 
     assert message in capsys.readouterr().err
 
 
-def test_adapt_vs_scvi_leiden_resolutions_keep_leiden_scores_at_resolution_one():
+def test_leiden_resolutions_keep_the_resolution_one_columns():
     """Three clusters far apart: resolutions 0.5 and 1 find them, 2 splits them; at resolution 1 the numbers are
-    ``leiden_scores``' own (the first call compiles scanpy's neighbour code once per session)."""
-    from benchmarks.evaluation.adapt_vs_scvi import leiden_resolutions
-    from benchmarks.evaluation.scanpy_defaults import leiden_scores
+    those of the default call (the first call compiles scanpy's neighbour code once per session)."""
+    from benchmarks.protocol import leiden_scores
+
+    def leiden_resolutions(Z, labels, seeds, resolutions=(0.5, 1.0, 2.0)):
+        return leiden_scores(Z, labels, seeds, resolutions)
 
     rng = np.random.default_rng(0)
     labels = np.repeat(["a", "b", "c"], 30)

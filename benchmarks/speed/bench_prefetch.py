@@ -63,7 +63,7 @@ def main() -> None:
                     times[w].append(time.perf_counter() - t0)
     cells = runs[0][0].cfg.data.batch_size
     rate = {w: cells / statistics.median(v) for w, v in times.items()}
-    from benchmarks.speed.bench_precision import machine
+    from benchmarks._common import machine
 
     row = {**machine(), "precision": args.precision, "steps": args.steps, "cells_per_step": cells, "in_process_cells_per_s": rate[0],
            "workers": args.workers, "workers_cells_per_s": rate[args.workers],

@@ -193,7 +193,7 @@ def _pooled(parts: list[dict]) -> dict:
 
 
 def main() -> None:
-    from benchmarks.speed.bench_precision import machine
+    from benchmarks._common import machine
     from benchmarks.speed.precision_accuracy import load_set
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -5,7 +5,7 @@ demo cells (``bj.datasets.pancreas()``, 1,074 cells), ``tl.embed`` runs in float
 batch size 64, and in bf16 at batch size 7 (other padded shapes: batch-size invariance within the bf16
 tolerance). One row per set and comparison: per-cell cosine (min, 1st percentile, mean), max |difference|
 relative to the float32 embedding's largest entry, 10-NN overlap (Euclidean, as ``sc.pp.neighbors`` sees them),
-and for the labelled sets the few-shot (k = 5) macro-F1 of each embedding (``bj.bench.probe.few_shot_f1``) and
+and for the labelled sets the few-shot (k = 5) macro-F1 of each embedding (``protocol.few_shot_f1``) and
 their difference. The float32 batch-7 row is the reference for what batch size alone changes in float32.
 
     python benchmarks/speed/precision_accuracy.py [--sets validation demo] [--out precision_accuracy.csv]
@@ -29,21 +29,14 @@ from benchmarks._common import SHARED, write_csv
 
 def load_set(name: str):
     """``(adata mapped to the vocabulary, label column)`` of ``validation`` or ``demo``; ``None`` if absent."""
-    import anndata as ad
-
     import biomjepa as bj
+    from benchmarks.protocol import test_cells, validation_cells
 
-    if name == "demo":
-        a, key = bj.datasets.pancreas(), "cell_type"
-    else:
-        path = SHARED / "scrna" / "pbmc_sorted_2140cells_raw.h5ad"
-        if not path.is_file():
-            return None
-        a = ad.read_h5ad(path)
-        a = a[a.obs_names.isin(bj.datasets.heldout_cells("pbmc_sorted"))].copy()
-        key = "sorted_celltype"
+    if name != "demo" and not (SHARED / "scrna" / "pbmc_sorted_2140cells_raw.h5ad").is_file():
+        return None
+    a = test_cells() if name == "demo" else validation_cells()
     bj.pp.map_vocab(a)
-    return a, key
+    return a, "cell_type"
 
 
 def embed(adata, precision: str, batch_size: int) -> tuple[np.ndarray, float]:
@@ -71,7 +64,7 @@ def compare(ref: np.ndarray, got: np.ndarray, k: int = 10) -> dict:
 
 
 def measure(name: str) -> list[dict]:
-    from biomjepa.bench.probe import few_shot_f1
+    from benchmarks.protocol import few_shot_f1
 
     loaded = load_set(name)
     if loaded is None:
