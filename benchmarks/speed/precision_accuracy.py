@@ -39,14 +39,14 @@ def load_set(name: str):
     return a, "cell_type"
 
 
-def embed(adata, precision: str, batch_size: int) -> tuple[np.ndarray, float]:
+def embed(adata, precision: str, batch_size: int, checkpoint: str | None = None) -> tuple[np.ndarray, float]:
     import biomjepa as bj
 
     before = bj.settings.precision
     bj.settings.precision = precision
     try:
         t0 = time.perf_counter()
-        out = bj.tl.embed(adata, device="cpu", batch_size=batch_size, copy=True)
+        out = bj.tl.embed(adata, checkpoint=checkpoint, device="cpu", batch_size=batch_size, copy=True)
         seconds = time.perf_counter() - t0
     finally:
         bj.settings.precision = before
@@ -63,7 +63,7 @@ def compare(ref: np.ndarray, got: np.ndarray, k: int = 10) -> dict:
             "max_abs_rel": float(np.abs(got - ref).max() / np.abs(ref).max()), f"knn{k}_overlap": knn_overlap(ref, got, k)}
 
 
-def measure(name: str) -> list[dict]:
+def measure(name: str, checkpoint: str | None = None) -> list[dict]:
     from benchmarks.protocol import few_shot_f1
 
     loaded = load_set(name)
@@ -74,7 +74,7 @@ def measure(name: str) -> list[dict]:
     labels = adata.obs[key].astype(str).to_numpy()
     Z, secs = {}, {}
     for prec, bs in (("fp32", 64), ("bf16", 64), ("bf16", 7), ("fp32", 7)):
-        Z[prec, bs], secs[prec, bs] = embed(adata, prec, bs)
+        Z[prec, bs], secs[prec, bs] = embed(adata, prec, bs, checkpoint)
         print(f"{name}: {prec} batch {bs}: {secs[prec, bs]:.1f} s", flush=True)
     f1 = {c: few_shot_f1(Z[c], labels) for c in (("fp32", 64), ("bf16", 64))}
     rows = []
@@ -99,10 +99,11 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sets", nargs="+", default=["validation", "demo"], choices=["validation", "demo"])
+    p.add_argument("--checkpoint", default=None, help="registry name or directory (default: the bundled model)")
     p.add_argument("--out", default="precision_accuracy.csv", help="CSV name under benchmarks/results/")
     args = p.parse_args(argv)
     bj.settings.progress = False
-    rows = [r for name in args.sets for r in measure(name)]
+    rows = [r for name in args.sets for r in measure(name, args.checkpoint)]
     for r in rows:
         r |= {"torch": torch.__version__, "bf16_units": " ".join(cpu_bf16_units()) or "none"}
     print(f"wrote {write_csv(rows, args.out)}")
