@@ -26,8 +26,8 @@ GPU = BENCH / "gpu"
 sys.path.insert(0, str(REPO))
 
 
-#: Where the project names benchmark scripts by path (CHANGELOG too: nothing in it is released yet).
-CITING = ("README.md", "CHANGELOG.md", "docs", "models", "scripts", "tests", ".ci", "benchmarks")
+#: Where the project names benchmark scripts by path (CHANGELOG too: nothing in it is released yet; src's docstrings).
+CITING = ("README.md", "CHANGELOG.md", "docs", "models", "scripts", "tests", ".ci", "benchmarks", "src")
 #: a script's path, or ``COMMIT:path`` for a script removed since (the commit that last held it)
 SCRIPT_PATH = re.compile(r"(?:\b([0-9a-f]{7,40}):)?(benchmarks/[\w/]+\.(?:py|sh))\b")
 
@@ -88,8 +88,8 @@ def _cited(commit: str, path: str) -> bool:
 
 
 def test_pages_name_only_scripts_that_exist():
-    """Every ``benchmarks/...py`` path in the README, docs, model configs, CHANGELOG, scripts and tests exists, and a
-    removed script is cited as ``COMMIT:benchmarks/...py`` with a commit that holds it."""
+    """Every ``benchmarks/...py`` path in the README, docs, model configs, CHANGELOG, scripts, tests and the package's
+    docstrings exists, and a removed script is cited as ``COMMIT:benchmarks/...py`` with a commit that holds it."""
     files = [REPO / c for c in CITING if (REPO / c).is_file()]
     files += [p for c in CITING if (REPO / c).is_dir() for p in (REPO / c).rglob("*") if p.is_file()
               and (p.suffix in (".md", ".py", ".sh", ".yaml") or c == ".ci") and "results" not in p.parts]
