@@ -1,5 +1,5 @@
-"""Shared helpers for the benchmark scripts: analytic FLOP counts, a same-run GEMM baseline, resident
-memory (RSS) probes and log–log exponent fits.
+"""Shared helpers for the benchmark scripts: analytic FLOP counts, a same-run GEMM baseline, the machine and
+commit a row was measured on, resident memory (RSS) probes and log–log exponent fits.
 
 Memory is read from ``/proc/self/status`` (Linux): ``VmRSS`` is the current resident set, ``VmHWM``
 its high-water mark. Writing ``5`` to ``/proc/self/clear_refs`` resets ``VmHWM`` to the current
@@ -85,6 +85,41 @@ def best_time(fn, repeats: int = 3) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+#: the CPU flags that decide bf16 and SIMD speed, as :func:`machine` writes them
+FLAGS = ("amx_bf16", "amx_tile", "amx_int8", "avx512_bf16", "avx512_fp16", "avx512f", "avx2")
+
+
+def machine() -> dict:
+    """CPU name, its bf16-relevant flags (``/proc/cpuinfo``), torch's capability and version, threads."""
+    import platform
+
+    import torch
+
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and name in ("", platform.machine(), platform.processor()):
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith(("flags", "Features")) and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return {"cpu": name, "cpu_flags": " ".join(f for f in FLAGS if f in flags) or "none",
+            "torch_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
+
+
+def commit() -> str:
+    """``git describe --always --dirty`` of the checkout (empty without git)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True,
+                              text=True).stdout.strip()
+    except OSError:
+        return ""
 
 
 def write_csv(rows: list[dict], name: str) -> Path:

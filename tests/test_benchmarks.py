@@ -26,9 +26,10 @@ GPU = BENCH / "gpu"
 sys.path.insert(0, str(REPO))
 
 
-#: Where the project names benchmark scripts by path (CHANGELOG too: nothing in it is released yet).
-CITING = ("README.md", "CHANGELOG.md", "docs", "models", "scripts", "tests", ".ci", "benchmarks")
-SCRIPT_PATH = re.compile(r"benchmarks/[\w/]+\.(?:py|sh)\b")
+#: Where the project names benchmark scripts by path (CHANGELOG too: nothing in it is released yet; src's docstrings).
+CITING = ("README.md", "CHANGELOG.md", "docs", "models", "scripts", "tests", ".ci", "benchmarks", "src")
+#: a script's path, or ``COMMIT:path`` for a script removed since (the commit that last held it)
+SCRIPT_PATH = re.compile(r"(?:\b([0-9a-f]{7,40}):)?(benchmarks/[\w/]+\.(?:py|sh))\b")
 
 #: Imports every module of the benchmark subfolders and runs each script's ``main`` with ``--help`` (argparse
 #: exits 0 before any work), in a fresh interpreter: a moved helper or a broken import fails here, in the fast
@@ -77,14 +78,119 @@ def test_index_names_every_script():
     assert gone == [], gone
 
 
+def _cited(commit: str, path: str) -> bool:
+    """A cited script exists: in the checkout, or (``COMMIT:path``) in that commit when git can tell."""
+    if not commit:
+        return (REPO / path).is_file()
+    if not (REPO / ".git").exists():
+        return True  # a source tree without its history: the commit cannot be checked here
+    return subprocess.run(["git", "cat-file", "-e", f"{commit}:{path}"], cwd=REPO, capture_output=True).returncode == 0
+
+
 def test_pages_name_only_scripts_that_exist():
-    """Every ``benchmarks/...py`` path in the README, docs, model configs, CHANGELOG, scripts and tests exists."""
+    """Every ``benchmarks/...py`` path in the README, docs, model configs, CHANGELOG, scripts, tests and the package's
+    docstrings exists, and a removed script is cited as ``COMMIT:benchmarks/...py`` with a commit that holds it."""
     files = [REPO / c for c in CITING if (REPO / c).is_file()]
     files += [p for c in CITING if (REPO / c).is_dir() for p in (REPO / c).rglob("*") if p.is_file()
               and (p.suffix in (".md", ".py", ".sh", ".yaml") or c == ".ci") and "results" not in p.parts]
-    stale = sorted({f"{f.relative_to(REPO)}: {m}" for f in files for m in SCRIPT_PATH.findall(f.read_text(errors="replace"))
-                    if not (REPO / m).is_file()})
+    cited = {(f, *m) for f in files for m in SCRIPT_PATH.findall(f.read_text(errors="replace"))}
+    stale = sorted(f"{f.relative_to(REPO)}: {c + ':' if c else ''}{m}" for f, c, m in cited if not _cited(c, m))
     assert stale == [], stale
+
+
+def test_cited_paths_read_a_commit_prefix():
+    assert SCRIPT_PATH.findall("see c8b9d53:benchmarks/pretraining/levers.py and benchmarks/protocol.py.") == [
+        ("c8b9d53", "benchmarks/" + "pretraining/levers.py"), ("", "benchmarks/protocol.py")]  # split: not a citation
+
+
+def _module_imports(root: Path) -> dict[str, set[str]]:
+    """``{module: benchmarks modules it imports}`` of every module under ``root/benchmarks``, function-level imports
+    included (``from benchmarks.x import y`` names the module ``benchmarks.x.y`` when that is a file)."""
+    import ast
+
+    modules = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+               for p in (root / "benchmarks").rglob("*.py")}
+    graph = {}
+    for path in (root / "benchmarks").rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                edges |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                          for a in node.names}
+        graph[name] = {e for e in edges if e in modules and e != name and not _package(root, e)}
+    return graph
+
+
+def _package(root: Path, module: str) -> bool:
+    return (root / Path(*module.split(".")) / "__init__.py").is_file()
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph`` (one path per circle found by a depth-first walk)."""
+    found, state = [], {}
+
+    def walk(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                walk(nxt, [*path, nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node, [node])
+    return found
+
+
+def test_cycles_are_found():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles_among_benchmark_modules():
+    """No benchmark module imports, at any depth and inside functions too, a module that imports it back (issue 58:
+    ``model_card_eval`` and ``scanpy_defaults`` once did)."""
+    graph = _module_imports(REPO)
+    assert "benchmarks.protocol" in graph["benchmarks.evaluation.validation_tissues"]
+    assert _cycles(graph) == []
+
+
+#: a model version in a file name (``levers_v04.py``, ``v04_session.sh``): versions are arguments
+VERSIONED = re.compile(r"(?:^|[_\-.])v\d")
+
+
+def test_no_version_numbers_in_benchmark_file_names():
+    assert VERSIONED.search("levers_v04") and VERSIONED.search("v04_session") and not VERSIONED.search("bench_bfs")
+    named = sorted(str(p.relative_to(BENCH)) for p in _scripts() + list(BENCH.glob("*.py"))
+                   if VERSIONED.search(p.stem))
+    assert named == [], f"give the model, config or tissues as arguments instead: {named}"
+
+
+#: what only ``benchmarks/protocol.py`` may define or call: the scoring protocol is written once
+PROTOCOL_ONLY = {"leiden_scores", "leiden_resolutions", "knn_agreement", "standard_path", "add_depth",
+                 "validation_cells", "brain_cells", "immune_cells", "chemistry_cells", "marker_types"}
+
+
+def test_the_scoring_protocol_is_written_once():
+    """Leiden, the neighbour agreement, the PCA path, the depth baseline and the validation cells are defined in
+    ``benchmarks/protocol.py`` alone, and ``sc.tl.leiden`` is called nowhere else."""
+    import ast
+
+    elsewhere = []
+    for path in sorted(BENCH.rglob("*.py")):
+        if path.name == "protocol.py":
+            continue
+        nodes = list(ast.walk(ast.parse(path.read_text())))
+        defined = {n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        calls = {n.func.attr for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+        elsewhere += [f"{path.relative_to(BENCH)}: {n}" for n in sorted(defined & PROTOCOL_ONLY)]
+        elsewhere += [f"{path.relative_to(BENCH)}: a leiden call"] if "leiden" in calls else []
+    assert elsewhere == [], elsewhere
 
 
 def _run(*args, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -311,7 +417,7 @@ def test_shipping_rule_reads_seed_zero_with_one_seed_and_needs_both_tissues():
 
 
 def test_knn_agreement_counts_neighbours_of_the_same_label_without_the_cell_itself():
-    from benchmarks.evaluation.scanpy_defaults import knn_agreement
+    from benchmarks.protocol import knn_agreement
 
     rng = np.random.default_rng(0)
     labels = np.repeat(["a", "b"], 30)
@@ -348,23 +454,6 @@ def test_curves_score_multiples_and_always_the_last_state():
     assert states_to_score([], 500) == []
 
 
-def test_adapt_curve_builds_each_recipes_training_config_in_float32(tmp_path, monkeypatch):
-    """``adapt_curve.py train`` hands every recipe's entries to the adapt training config (it once broke on a new
-    argument of ``_config`` unnoticed until a session ran it); the loop itself is replaced here."""
-    from benchmarks.evaluation.adapt_curve import RECIPES, train_one
-
-    import biomjepa.train.loop as loop
-
-    seen = []
-    monkeypatch.setattr(loop, "pretrain", lambda cfg, on_checkpoint=None: seen.append(cfg))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    train_one(tmp_path, "keep_lr3e-3_t256", 8, 4, "cpu", 0)
-    (cfg,) = seen
-    assert cfg.data.teacher_genes == RECIPES["keep_lr3e-3_t256"]["teacher_genes"] == 256
-    assert cfg.optim.lr == 3e-3 and cfg.loop.checkpoint_every == 4 and cfg.run.steps == 8
-    assert cfg.loop.precision == "fp32"
-
-
 # benchmarks/evaluation/adapt_vs_scvi.py, issue 56: the tissue list, Leiden resolutions, readouts and seed spread
 
 def test_adapt_vs_scvi_runs_the_three_validation_tissues_by_default():
@@ -399,11 +488,13 @@ def test_adapt_vs_scvi_refuses_the_test_cells_in_the_tissue_list(argv, message, 
     assert message in capsys.readouterr().err
 
 
-def test_adapt_vs_scvi_leiden_resolutions_keep_leiden_scores_at_resolution_one():
+def test_leiden_resolutions_keep_the_resolution_one_columns():
     """Three clusters far apart: resolutions 0.5 and 1 find them, 2 splits them; at resolution 1 the numbers are
-    ``leiden_scores``' own (the first call compiles scanpy's neighbour code once per session)."""
-    from benchmarks.evaluation.adapt_vs_scvi import leiden_resolutions
-    from benchmarks.evaluation.scanpy_defaults import leiden_scores
+    those of the default call (the first call compiles scanpy's neighbour code once per session)."""
+    from benchmarks.protocol import leiden_scores
+
+    def leiden_resolutions(Z, labels, seeds, resolutions=(0.5, 1.0, 2.0)):
+        return leiden_scores(Z, labels, seeds, resolutions)
 
     rng = np.random.default_rng(0)
     labels = np.repeat(["a", "b", "c"], 30)

@@ -1,7 +1,7 @@
 """How many steps ``bj.tl.adapt`` needs: its embedding after runs of several lengths, on the validation tissues.
 
-Each length is a whole run (its own warm-up and cosine schedule), not a read-out partway through a longer one as in
-``adapt_curve.py``: the learning rate has decayed at its end, as it has for a user who asks for that many steps.
+Each length is a whole run (its own warm-up and cosine schedule), not a read-out partway through a longer one: the
+learning rate has decayed at its end, as it has for a user who asks for that many steps.
 Everything else is ``tl.adapt``'s default recipe; the scores are ``adapt_vs_scvi.py``'s (few-shot k = 5 F1, Leiden
 ARI with scanpy's defaults, mean and s.d. over 10 seeds), so its rows at the default length sit beside these::
 
@@ -18,10 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
-from benchmarks._common import write_csv
-from benchmarks.evaluation.adapt_curve import INPUT, load_set
-from benchmarks.evaluation.adapt_vs_scvi import ADAPT, DEFAULT_SETS, adapted, commit, score
-from benchmarks.speed.bench_precision import machine
+from benchmarks._common import commit, machine, write_csv
+from benchmarks.evaluation.adapt_vs_scvi import ADAPT, DEFAULT_SETS, INPUT, LEGACY, adapted, score
+from benchmarks.protocol import load
 
 
 def run(sets: tuple[str, ...], steps: list[int]) -> list[dict]:
@@ -29,7 +28,7 @@ def run(sets: tuple[str, ...], steps: list[int]) -> list[dict]:
     rows = []
     for name in sets:
         for n in steps:
-            a, labels = load_set(name)
+            a, labels, _, _ = load(LEGACY[name])
             Z, extra = adapted(a, INPUT[name], n)
             rows.append(score(name, labels, ADAPT, Z, extra))
             print({k: rows[-1][k] for k in ("set", "steps", "seconds", "f1", "leiden_ari_mean")}, flush=True)

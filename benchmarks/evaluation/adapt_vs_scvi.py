@@ -14,9 +14,8 @@ user makes and nothing else (data loading and scoring are outside every clock):
   one source) on their raw counts, for scvi-tools' default epochs (``min(400, 400 · 20,000 / n_cells)``) unless
   ``--scvi-epochs``; its latent mean;
 * ``PCA-50``: scanpy's standard path (``normalize_total``, ``log1p``, 2,000 HVGs, PCA-50;
-  ``scanpy_defaults.standard_path``);
-* ``depth``: log library size and log detected genes, 2 numbers per cell (``validation_tissues``' trivial
-  baseline).
+  ``protocol.standard_path``);
+* ``depth``: log library size and log detected genes, 2 numbers per cell (``protocol.add_depth``).
 
 Each adapted embedding is also read out as each readout an adapted checkpoint could export (issue 56 item 2,
 "the neighbour graph is the product"; :func:`readouts`, off with ``--no-readouts``), from ``obsm`` alone (no
@@ -28,14 +27,13 @@ each half is exactly that pooling exported alone); ``adapt pca50`` and ``adapt p
 the readout record's ``whiten`` field (:func:`square_map`: the same Euclidean distances, so the same neighbour
 graph, with ``d`` columns of rank ``k``; few-shot F1 differs, the probe standardizing every column).
 
-Every representation is scored with the same protocol, on the labelled cells: few-shot k = 5 macro-F1 (linear
-SVM, ``biomjepa.bench.probe.few_shot_f1``, seeds 42–46); Leiden with scanpy's defaults (15 neighbours, igraph)
-at resolutions 0.5, 1 and 2 (``--resolutions``) over seeds 0–9 on the same neighbour graph
-(:func:`leiden_resolutions`; at resolution 1 the numbers of ``scanpy_defaults.leiden_scores``); the number of
-Leiden clusters against the number of types; 15-NN label agreement (``scanpy_defaults.knn_agreement``).
+Every representation is scored with ``benchmarks/protocol.py`` (``embedding_scores``), on the labelled cells:
+few-shot k = 5 macro-F1 (linear SVM, seeds 42–46); Leiden with scanpy's defaults at resolutions 0.5, 1 and 2
+(``--resolutions``) over seeds 0–9 on the same neighbour graph (at resolution 1 also the columns of the other
+scripts); the number of Leiden clusters against the number of types; 15-NN label agreement.
 
-Tissues (``--tissues``, default the three validation tissues of ``validation_tissues.TISSUES``, each loaded
-through ``validation_tissues.SETS``): ``pbmc`` (1,072 held-out sorted PBMCs, droplet UMIs), ``brain`` (Darmanis,
+Tissues (``--tissues``, default the three validation tissues, ``protocol.TISSUES``, each loaded through
+``protocol.load``): ``pbmc`` (1,072 held-out sorted PBMCs, droplet UMIs), ``brain`` (Darmanis,
 420 cells, C1 read counts, so every call gets ``input="reads"``: molecule equivalents for the model, raw reads
 for scVI and PCA), ``immune`` (Tabula Muris mouse immune, 1,000 cells of 5 types, mapped with
 ``species="mouse"``). The test cells (``pancreas_test``, the 1,074 bundled pancreas cells) are never a
@@ -76,7 +74,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -86,48 +83,23 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
-from benchmarks._common import REPO, write_csv
-from benchmarks.evaluation.adapt_curve import INPUT, load_set
-from benchmarks.evaluation.scanpy_defaults import knn_agreement, standard_path
-from benchmarks.evaluation.validation_tissues import SETS, TISSUES, add_depth
+from benchmarks import protocol
+from benchmarks._common import commit, machine, write_csv
+from benchmarks.protocol import SETS, TEST, TISSUES, embedding_scores, labelled, load, res_tag
 
 ZERO_SHOT, ADAPT, SCVI, PCA, DEPTH = "zero-shot", "adapt", "scVI", "PCA-50", "depth"
 BASELINES = (ZERO_SHOT, SCVI, PCA, DEPTH)
-#: the test cells: scored once, after the choice, only with --test-cells (or --sets pancreas_test)
-TEST = "pancreas_test"
-#: the validation tissues --tissues takes (validation_tissues.SETS but its chemistry set: technical, not a tissue)
+#: the validation tissues --tissues takes (protocol.SETS but its chemistry set: technical, not a tissue); the test
+#: cells (protocol.TEST) are scored once, after the choice, only with --test-cells (or --sets pancreas_test)
 VALIDATION = tuple(s for s in SETS if s != "chemistry")
-#: --sets' names (runs before issue 56) -> the tissue read now (the same cells)
+#: --sets' names (runs before issue 56) -> the tissue read now (the same cells), and what their counts are
 LEGACY = {"pbmc_val": "pbmc", "brain_val": "brain", TEST: TEST}
+INPUT = {old: SETS[new][1] if new in SETS else "counts" for old, new in LEGACY.items()}
 DEFAULT_SETS = ("pbmc_val", "brain_val")  # --sets' names of the two-tissue runs (issue 44)
 LEIDEN_SEEDS = tuple(range(10))
 RESOLUTIONS = (0.5, 1.0, 2.0)
 ADAPT_SEEDS = (0, 1, 2)
 PCA_COMPS = (50,)
-KNN_K = 15
-SCVI_INSTALL = ('scvi-tools is not importable here. Install it in the benchmark\'s own environment, not as a '
-                'biomjepa dependency:\n  python -m venv --system-site-packages .venv-scvi && '
-                '.venv-scvi/bin/pip install "scvi-tools>=1.1"\nthen run this script with .venv-scvi/bin/python.')
-
-
-# --- the cells ------------------------------------------------------------------------------------------------------
-
-def load_tissue(name: str) -> tuple:
-    """``(adata, labels, input kind, map_vocab keywords)`` of a validation tissue (``validation_tissues.SETS``)
-    or of the test cells (:data:`TEST`)."""
-    if name == TEST:
-        a, labels = load_set(TEST)
-        return a, labels, INPUT[TEST], {}
-    loader, kind, _, mapping = SETS[name]
-    a = loader()
-    return a, a.obs["cell_type"].astype(str).to_numpy(), kind, dict(mapping)
-
-
-def labelled(labels: np.ndarray) -> np.ndarray:
-    """Cells with a label (the loaders write missing labels as the string ``"nan"``)."""
-    labels = np.asarray(labels).astype(str)
-    return ~np.isin(labels, ("nan", "None", ""))
-
 
 # --- the representations, each timed --------------------------------------------------------------------------------
 
@@ -200,14 +172,14 @@ def scvi_latent(a, kind: str, epochs: int | None) -> tuple[np.ndarray, dict]:
 def pca_path(a) -> tuple[np.ndarray, dict]:
     """Scanpy's standard path (PCA-50 of 2,000 HVGs) and its wall time."""
     t0 = time.perf_counter()
-    Z = standard_path(a, lognorm=False)
+    Z = protocol.standard_path(a, lognorm=False)
     return Z, {"seconds": time.perf_counter() - t0}
 
 
 def depth_only(a) -> tuple[np.ndarray, dict]:
     """The trivial baseline: log library size and log detected genes."""
     t0 = time.perf_counter()
-    key = add_depth(a)
+    key = protocol.add_depth(a)
     return a.obsm[key], {"seconds": time.perf_counter() - t0}
 
 
@@ -266,60 +238,12 @@ def readouts(Z: np.ndarray, pooling: str = "max_top5_mean_wmean", pca_comps=PCA_
 
 # --- scores ---------------------------------------------------------------------------------------------------------
 
-def _res(r: float) -> str:
-    return f"r{r:g}"
-
-
-def leiden_resolutions(Z: np.ndarray, labels: np.ndarray, seeds=LEIDEN_SEEDS, resolutions=RESOLUTIONS) -> dict:
-    """Leiden with scanpy's defaults at several resolutions on one neighbour graph of ``Z``
-    (``sc.pp.neighbors(use_rep=…)``, then ``sc.tl.leiden(flavor="igraph", n_iterations=2, directed=False)`` per
-    resolution and seed): ``scanpy_defaults.leiden_scores``' generalization to a resolution.
-
-    Per resolution ``r``: ``leiden_ari_mean_r<r>``, ``leiden_ari_sd_r<r>`` (ddof 1; NaN with one seed),
-    ``leiden_nmi_mean_r<r>``, ``n_clusters_r<r>`` (the first seed's) and ``n_clusters_mean_r<r>``. With
-    resolution 1 among them, also ``leiden_scores``' own columns, with its numbers: ``leiden_ari``, ``leiden_nmi``,
-    ``n_clusters`` (the first seed's) and, with several seeds, ``leiden_ari_mean``, ``leiden_ari_sd``,
-    ``leiden_nmi_mean``, ``n_seeds``."""
-    import anndata as ad
-    import scanpy as sc
-    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
-
-    seeds = tuple(seeds)
-    if not seeds:
-        raise ValueError("leiden_resolutions needs at least one seed")
-    a = ad.AnnData(np.zeros((len(Z), 1), np.float32))
-    a.obsm["Z"] = np.asarray(Z, np.float32)
-    sc.pp.neighbors(a, use_rep="Z", random_state=0)  # leiden_scores' graph
-    out = {}
-    for res in resolutions:
-        runs = []
-        for seed in seeds:
-            sc.tl.leiden(a, resolution=res, flavor="igraph", n_iterations=2, directed=False, random_state=seed)
-            c = a.obs["leiden"].to_numpy()
-            runs.append((adjusted_rand_score(labels, c), normalized_mutual_info_score(labels, c), len(set(c))))
-        ari, nmi, n = (np.asarray(x, float) for x in zip(*runs))
-        sd = float(ari.std(ddof=1)) if len(seeds) > 1 else float("nan")
-        r = _res(res)
-        out |= {f"leiden_ari_mean_{r}": float(ari.mean()), f"leiden_ari_sd_{r}": sd,
-                f"leiden_nmi_mean_{r}": float(nmi.mean()), f"n_clusters_{r}": int(n[0]),
-                f"n_clusters_mean_{r}": float(n.mean())}
-        if res == 1:
-            out |= {"leiden_ari": float(ari[0]), "leiden_nmi": float(nmi[0]), "n_clusters": int(n[0])}
-            if len(seeds) > 1:
-                out |= {"leiden_ari_mean": float(ari.mean()), "leiden_ari_sd": sd,
-                        "leiden_nmi_mean": float(nmi.mean()), "n_seeds": len(seeds)}
-    return out
-
-
 def score(name: str, labels: np.ndarray, rep: str, Z: np.ndarray, extra: dict, *, leiden_seeds=LEIDEN_SEEDS,
           resolutions=RESOLUTIONS) -> dict:
-    """One row: few-shot k = 5 F1, Leiden at every resolution (:func:`leiden_resolutions`), 15-NN agreement."""
-    from biomjepa.bench.probe import few_shot_f1
-
+    """One row: ``protocol.embedding_scores`` (few-shot k = 5 F1, 15-NN agreement, Leiden at every resolution)."""
     r = {"set": name, "representation": rep, "stat": "value", "n_cells": len(labels),
-         "n_types": len(set(labels)), "dims": int(np.shape(Z)[1]), "seconds": extra.pop("seconds"),
-         "f1": few_shot_f1(Z, labels), "knn15_agreement": knn_agreement(Z, labels, k=KNN_K)}
-    r |= leiden_resolutions(Z, labels, leiden_seeds, resolutions)
+         "n_types": len(set(labels)), "dims": int(np.shape(Z)[1]), "seconds": extra.pop("seconds")}
+    r |= embedding_scores(Z, labels, leiden_seeds=leiden_seeds, resolutions=resolutions)
     return r | extra
 
 
@@ -385,7 +309,7 @@ def run_set(name: str, steps: int | None, scvi_epochs: int | None, *, seeds=(0,)
     labelled cells; adapt once per seed (or the ``adapted_dirs`` checkpoints), each with its readouts."""
     import biomjepa as bj
 
-    a, labels, kind, mapping = load_tissue(name)
+    a, labels, kind, mapping = load(name)
     keep_rows = labelled(labels)
     common = {"input": kind, "load_average_1min": os.getloadavg()[0], "n_obs": int(a.n_obs),
               "base_checkpoint": str(checkpoint or bj.settings.checkpoint)}
@@ -420,27 +344,17 @@ def run_set(name: str, steps: int | None, scvi_epochs: int | None, *, seeds=(0,)
     return rows + seed_spread(rows)
 
 
-def commit() -> str:
-    """``git describe --always --dirty`` of the checkout (empty without git)."""
-    try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True,
-                              text=True).stdout.strip()
-    except OSError:
-        return ""
-
-
-def machine() -> dict:
-    """CPU, torch's capability and threads, cores, device, scvi-tools version, commit and date."""
+def run_info() -> dict:
+    """The CPU and torch (``_common.machine``), biomjepa's threads, cores, device, scvi-tools, commit and date."""
     from importlib.metadata import PackageNotFoundError, version
 
     import biomjepa as bj
-    from benchmarks.speed.bench_precision import machine as cpu_and_torch
 
     try:
         scvi = version("scvi-tools")
     except PackageNotFoundError:
         scvi = ""
-    return {**cpu_and_torch(), "bj_threads": bj.settings.num_threads, "cpu_count": os.cpu_count(),
+    return {**machine(), "bj_threads": bj.settings.num_threads, "cpu_count": os.cpu_count(),
             "device": bj.settings.device, "scvi_tools": scvi, "commit": commit(), "date": time.strftime("%Y-%m-%d")}
 
 
@@ -534,13 +448,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import importlib.util
-
     import pandas as pd
 
     args = parse_args(argv)
-    if SCVI in args.baselines and importlib.util.find_spec("scvi") is None:
-        raise SystemExit(SCVI_INSTALL)
+    if SCVI in args.baselines:
+        protocol.check_scvi()
     if args.threads is not None:
         import torch
 
@@ -548,10 +460,10 @@ def main(argv: list[str] | None = None) -> None:
 
         torch.set_num_threads(args.threads)
         bj.settings.num_threads = args.threads  # the tl tools' own thread setting: the same count
-    info, rows = machine(), []
+    info, rows = run_info(), []
     show = ["representation", "adapt_seed", "stat", "dims", "seconds", "f1", "knn15_agreement",
-            *(f"leiden_ari_mean_{_res(r)}" for r in args.resolutions),
-            *(f"n_clusters_mean_{_res(r)}" for r in args.resolutions), "n_types"]
+            *(f"leiden_ari_mean_{res_tag(r)}" for r in args.resolutions),
+            *(f"n_clusters_mean_{res_tag(r)}" for r in args.resolutions), "n_types"]
     for name in args.names:
         set_rows = run_set(name, args.steps, args.scvi_epochs, seeds=tuple(args.seeds), checkpoint=args.checkpoint,
                            keep=args.keep, adapted_dirs=args.adapted_dirs.get(name, ()),

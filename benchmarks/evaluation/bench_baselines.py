@@ -9,7 +9,7 @@ set only genes all three of its batches measured), ``obs["batch"]`` = source run
 - ``obs["cell_type"]``: the two labelled sets harmonized to five types (CD4 T, CD8 T, B, NK, monocyte/DC);
   pbmc4k's "?" cells and the unlabelled runs are NaN.
 
-Every representation is computed on all cells: the bundled BioM-JEPA (``bj.tl.embed``) and
+Every representation is computed on all cells: BioM-JEPA (``bj.tl.embed``, ``--checkpoint``, default the bundled) and
 ``bj.bench.add_baselines(["pca", "hvg", "scvi"], batch_key="batch")`` (scVI told the run of each cell,
 its default epochs unless ``--scvi-epochs``). Scores, each with the same protocol for every rep:
 
@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="scVI max_epochs (default: scvi-tools' heuristic, 400 epochs for these 7,170 cells)")
     p.add_argument("--no-scib", action="store_true", help="skip scib-metrics' Benchmarker")
     p.add_argument("--cache", default=None, help="h5ad keeping the computed representations (reused when it exists)")
+    p.add_argument("--checkpoint", default=None, help="registry name or directory (default: the bundled model; a --cache keeps its own embedding)")
     p.add_argument("--out", default=str(RESULTS / "bench_baselines.csv"))
     args = p.parse_args(argv)
     bj.settings.verbosity = 1
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     if "X_biomjepa" not in adata.obsm:
         t = time.perf_counter()
         bj.pp.map_vocab(adata)
-        bj.tl.embed(adata)
+        bj.tl.embed(adata, checkpoint=args.checkpoint)
         times["X_biomjepa"] = time.perf_counter() - t
     for b in ("pca", "hvg", "scvi"):
         if bj.bench.baselines.BASELINE_KEYS[b] not in adata.obsm:

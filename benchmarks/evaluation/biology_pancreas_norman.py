@@ -37,20 +37,6 @@ IDENTITIES = ("alpha", "beta", "delta", "acinar", "ductal")
 HIGHLIGHT = [("MAP2K3", "MAP2K6"), ("CEBPA", "CEBPE"), ("TBX2", "TBX3"), ("CEBPB", "MAPK1")]
 
 
-def _tl(name):
-    from importlib import import_module
-
-    mod = {"max_token": "_max_token", "ablate_programme": "_ablate", "perturbation_arithmetic": "_perturb"}[name]
-    return getattr(bj.tl, name, None) or getattr(import_module(f"biomjepa.tl.{mod}"), name)
-
-
-def _pl(name):
-    from importlib import import_module
-
-    mod = {"max_token": "_max_token", "ablate_programme": "_ablate", "perturbation_arithmetic": "_perturb"}[name]
-    return getattr(bj.pl, name, None) or getattr(import_module(f"biomjepa.pl.{mod}"), name)
-
-
 def _save(ax, name: str) -> Path:
     path = RESULTS / name
     ax.figure.savefig(path, dpi=150, bbox_inches="tight")
@@ -72,10 +58,10 @@ def norman(checkpoint: str | None, seed: int) -> dict:
     out = {}
     for name, rep in reps.items():
         key = f"pa_{name}"
-        _tl("perturbation_arithmetic")(a, use_rep=rep, n_random=200, random_state=seed, key_added=key)
+        bj.tl.perturbation_arithmetic(a, use_rep=rep, n_random=200, random_state=seed, key_added=key)
         res = a.uns[key]
         res["table"].to_csv(RESULTS / f"biology_norman_{name}.csv", index=False)
-        _save(_pl("perturbation_arithmetic")(a, key=key, highlight=HIGHLIGHT), f"biology_norman_{name}.png")
+        _save(bj.pl.perturbation_arithmetic(a, key=key, highlight=HIGHLIGHT), f"biology_norman_{name}.png")
         out[name] = {k: v for k, v in res["summary"].items()}
         logger.info("Norman %s: %s", name, out[name])
     return out
@@ -89,20 +75,20 @@ def baron(checkpoint: str, seed: int, n_cells: int) -> dict:
     bj.pp.map_vocab(a)
     markers = pd.read_csv(SHARED / "priors" / "pancreas_markers_common_knowledge.tsv", sep="\t", comment="#")
     programmes = {c: markers.loc[markers["cell_type"] == c, "gene"].tolist() for c in IDENTITIES}
-    _tl("max_token")(a, groupby="cell_type1", checkpoint=checkpoint)
+    bj.tl.max_token(a, groupby="cell_type1", checkpoint=checkpoint)
     A = a.uns["max_token"]["winner_fraction"]
     A.to_csv(RESULTS / "biology_baron_max_token.csv")
-    _save(_pl("max_token")(a, "cell_type1", n_genes=25), "biology_baron_max_token.png")
+    _save(bj.pl.max_token(a, "cell_type1", n_genes=25), "biology_baron_max_token.png")
     top = {c: (A.loc[c].idxmax(), float(A.loc[c].max())) for c in A.index}
 
     sub = a[a.obs["cell_type1"].isin(IDENTITIES)].copy()
-    _tl("ablate_programme")(sub, programmes, groupby="cell_type1", matched={c: c for c in IDENTITIES},
-                            n_cells=n_cells, checkpoint=checkpoint, random_state=seed)
+    bj.tl.ablate_programme(sub, programmes, groupby="cell_type1", matched={c: c for c in IDENTITIES},
+                           n_cells=n_cells, checkpoint=checkpoint, random_state=seed)
     res = sub.uns["ablation"]
     res["matched"].to_csv(RESULTS / "biology_baron_ablation_matched.csv", index=False)
     res["groups"].to_csv(RESULTS / "biology_baron_ablation_groups.csv", index=False)
     res["null_sets"].to_csv(RESULTS / "biology_baron_ablation_null_sets.csv", index=False)
-    _save(_pl("ablate_programme")(sub), "biology_baron_ablation.png")
+    _save(bj.pl.ablate_programme(sub), "biology_baron_ablation.png")
     return {"max_token_top_gene": top, "ablation_test": res["test"],
             "ablation_matched": res["matched"].to_dict(orient="records")}
 
@@ -114,10 +100,10 @@ def demo(checkpoint: str) -> dict:
     """Max-token winners on the bundled (held-out) pancreas demo: do canonical markers win in their type?"""
     a = bj.datasets.pancreas()
     bj.pp.map_vocab(a)
-    _tl("max_token")(a, groupby="cell_type", checkpoint=checkpoint)
+    bj.tl.max_token(a, groupby="cell_type", checkpoint=checkpoint)
     A = a.uns["max_token"]["winner_fraction"]
     A.to_csv(RESULTS / "biology_demo_max_token.csv")
-    _save(_pl("max_token")(a, "cell_type", n_genes=25), "biology_demo_max_token.png")
+    _save(bj.pl.max_token(a, "cell_type", n_genes=25), "biology_demo_max_token.png")
     rows = []
     for gene, ctype in CANONICAL.items():
         if ctype not in A.index or gene not in A.columns:

@@ -44,9 +44,9 @@ CANONICAL = {
 
 def cells_of(which: str):
     import biomjepa as bj
-    from benchmarks.evaluation import model_card_eval as mce
+    from benchmarks.protocol import test_cells, validation_cells
 
-    adata = mce.validation_cells() if which == "validation" else bj.datasets.pancreas()
+    adata = validation_cells() if which == "validation" else test_cells()
     key = "cell_type"
     if which == "test":
         adata.obs[key] = adata.obs["cell_type"].astype(str)

@@ -9,7 +9,7 @@ Test: the 1,074 held-out Baron pancreas cells, ``bj.datasets.pancreas()`` (repor
 Per representation: few-shot k = 5 macro-F1 (``bj.bench.annotation``, seeds 42–46), effective rank
 and depth association (``bj.bench.geometry``: ``depth_nnz`` = mean |r| of the leading axis and of the
 norm with detected genes), ``bj.bench.depth_robustness`` (thinning to 50 % and 20 %) and Leiden ARI / NMI
-with scanpy's defaults on the labelled cells (``scanpy_defaults.leiden_scores``; mean and s.d. over
+with scanpy's defaults on the labelled cells (``protocol.leiden_scores``; mean and s.d. over
 ``--leiden-seeds`` seeds, default 10; ``task="clustering"``). On the test cells also the max-token winners per
 cell type against the trivial baseline (each cell's most-expressed gene). ``--baselines scvi`` needs scvi-tools,
 checked before any work (install it in the benchmark's own venv: see the error message).
@@ -27,77 +27,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
-from benchmarks._common import SHARED, write_csv
-
-SCVI_INSTALL = ('--baselines scvi: scvi-tools is not importable here. Install it in the benchmark\'s own '
-                'environment, not as a biomjepa dependency:\n  python -m venv --system-site-packages .venv-scvi && '
-                '.venv-scvi/bin/pip install "scvi-tools>=1.1"\nthen run this script with .venv-scvi/bin/python.')
-
-
-def validation_cells():
-    import anndata as ad
-
-    import biomjepa as bj
-
-    a = ad.read_h5ad(SHARED / "scrna" / "pbmc_sorted_2140cells_raw.h5ad")
-    a = a[a.obs_names.isin(bj.datasets.heldout_cells("pbmc_sorted"))].copy()
-    a.obs["cell_type"] = a.obs["sorted_celltype"].astype(str)
-    return a
-
-
-#: Marker genes of the coarse PBMC types used to label the chemistry set (no annotation ships with it).
-MARKERS = {"T": ["CD3D", "CD3E", "IL7R"], "B": ["MS4A1", "CD79A", "CD79B"], "NK": ["NKG7", "GNLY"],
-           "monocyte": ["CD14", "LYZ", "FCGR3A", "S100A8"]}
-
-
-def marker_types(adata, *, min_score: float = 1.0, margin: float = 0.5):
-    """Coarse type per cell: the marker set with the highest mean ``log1p(1e4·c/total)``; cells whose best
-    score is below ``min_score`` or within ``margin`` of the second are left unlabelled (NaN)."""
-    import numpy as np
-    from scipy import sparse
-
-    X = sparse.csr_matrix(adata.X, dtype=np.float64)
-    total = np.asarray(X.sum(1)).ravel()
-    names = list(adata.var_names)
-    scores = []
-    for genes in MARKERS.values():
-        cols = [names.index(g) for g in genes if g in names]
-        sub = X[:, cols].toarray() / np.maximum(total, 1)[:, None] * 1e4
-        scores.append(np.log1p(sub).mean(1))
-    S = np.stack(scores, 1)
-    order = np.sort(S, 1)
-    best = np.array(list(MARKERS))[S.argmax(1)].astype(object)
-    best[(order[:, -1] < min_score) | (order[:, -1] - order[:, -2] < margin)] = np.nan
-    return best
-
-
-def chemistry_cells(per_batch: int = 300, seed: int = 0):
-    """``per_batch`` cells of each chemistry of the multi-chemistry PBMC set, with marker types."""
-    import anndata as ad
-    import numpy as np
-
-    a = ad.read_h5ad(SHARED / "scrna" / "pbmc_10x_1kv2_1kv3_5prime_2860cells_raw.h5ad")
-    rng = np.random.default_rng(seed)
-    keep = np.concatenate([rng.choice(np.flatnonzero(a.obs["batch"].to_numpy() == b), per_batch, replace=False)
-                           for b in sorted(a.obs["batch"].unique())])
-    a = a[np.sort(keep)].copy()
-    a.obs["cell_type"] = marker_types(a)
-    return a
+from benchmarks import protocol
+from benchmarks._common import write_csv
 
 
 def leiden_rows(adata, reps, leiden_seeds: int) -> list[dict]:
-    """Leiden ARI and NMI with scanpy's defaults (``scanpy_defaults.leiden_scores``: default neighbour graph on
+    """Leiden ARI and NMI with scanpy's defaults (``protocol.leiden_scores``: default neighbour graph on
     the representation, igraph Leiden at resolution 1) of each of ``reps`` on the labelled cells, as summarized
     rows (``task="clustering"``, ``setting="scanpy_defaults"``): the mean over Leiden seeds ``0..leiden_seeds-1``,
     the s.d. of ARI (NaN for NMI and for one seed) and ``n`` the number of seeds."""
-    from benchmarks.evaluation.scanpy_defaults import leiden_scores
-
     labelled = adata.obs["cell_type"].notna().to_numpy()
     labels = adata.obs["cell_type"].to_numpy()[labelled].astype(str)
     seeds = tuple(range(leiden_seeds))
     out = []
     for r in reps:
-        s = leiden_scores(adata.obsm[r][labelled], labels, seeds)
+        s = protocol.leiden_scores(adata.obsm[r][labelled], labels, seeds)
         for m in ("leiden_ari", "leiden_nmi"):
             out.append({"task": "clustering", "rep": r, "setting": "scanpy_defaults", "metric": m,
                         "mean": s.get(f"{m}_mean", s[m]), "sd": s.get(f"{m}_sd", float("nan")), "n": len(seeds)})
@@ -159,11 +103,9 @@ def max_token_table(adata, checkpoints: dict[str, str]) -> list[dict]:
 def main() -> None:
     import pandas as pd
 
-    import biomjepa as bj
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoints", nargs="+", help="NAME=CHECKPOINT (registry name or directory)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44, 45, 46])
+    p.add_argument("--seeds", type=int, nargs="+", default=list(protocol.F1_SEEDS))
     p.add_argument("--tag", default="model_card")
     p.add_argument("--sets", nargs="+", default=["validation", "chemistry", "test"],
                    choices=["validation", "chemistry", "test"])
@@ -177,16 +119,16 @@ def main() -> None:
     if args.leiden_seeds < 1:
         p.error("--leiden-seeds must be at least 1")
     if "scvi" in args.baselines and importlib.util.find_spec("scvi") is None:
-        p.error(SCVI_INSTALL)
+        p.error(f"--baselines scvi: {protocol.SCVI_INSTALL}")
     cks = dict(c.split("=", 1) for c in args.checkpoints)
     rows = []
     for which in args.sets:
         if which == "chemistry":
-            rows += [{"cells": which, **r} for r in score(chemistry_cells(), cks, tuple(args.seeds), batch_key="batch",
-                                                         fractions=(), baselines=args.baselines,
-                                                         leiden_seeds=args.leiden_seeds)]
+            chem = score(protocol.chemistry_cells(), cks, tuple(args.seeds), batch_key="batch", fractions=(),
+                         baselines=args.baselines, leiden_seeds=args.leiden_seeds)
+            rows += [{"cells": which, **r} for r in chem]
             continue
-        adata = validation_cells() if which == "validation" else bj.datasets.pancreas()
+        adata = protocol.validation_cells() if which == "validation" else protocol.test_cells()
         rows += [{"cells": which, **r} for r in score(adata, cks, tuple(args.seeds), baselines=args.baselines,
                                                       leiden_seeds=args.leiden_seeds)]
         if which == "test" and not args.no_max_token:

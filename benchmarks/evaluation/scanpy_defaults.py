@@ -3,7 +3,8 @@
 For each cell set: ``sc.pp.neighbors(adata, use_rep=...)`` with its defaults (15 neighbours, Euclidean),
 then ``sc.tl.leiden(flavor="igraph", n_iterations=2, directed=False)`` at resolution 1 (seed 0); ARI and NMI
 against the annotation. The standard path on the same cells: ``normalize_total``, ``log1p`` (skipped where X
-is already log-normalized), 2,000 highly variable genes, PCA-50, the same neighbours and Leiden.
+is already log-normalized), 2,000 highly variable genes, PCA-50, the same neighbours and Leiden (both from
+``benchmarks/protocol.py``: ``leiden_scores``, ``standard_path``).
 
 Cell sets: the validation cells (1,072 held-out sorted PBMCs: what the readout transform is chosen on), the
 900 multi-chemistry PBMCs (``bj.datasets.pbmc_chemistries()``, marker-derived coarse types), the test cells
@@ -29,55 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
 from benchmarks._common import write_csv
-
-
-def leiden_scores(Z: np.ndarray, labels: np.ndarray, seeds: tuple[int, ...] = (0,)) -> dict[str, float]:
-    """Leiden ARI / NMI with scanpy's default neighbour graph on ``Z``: the first seed's (0 is what a user
-    gets), and with several ``seeds`` also their mean and s.d. (the neighbour graph is the same for every seed)."""
-    import anndata as ad
-    import scanpy as sc
-    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
-
-    a = ad.AnnData(np.zeros((len(Z), 1), np.float32))
-    a.obsm["Z"] = np.asarray(Z, np.float32)
-    sc.pp.neighbors(a, use_rep="Z", random_state=0)
-    runs = []
-    for seed in seeds:
-        sc.tl.leiden(a, flavor="igraph", n_iterations=2, directed=False, random_state=seed)
-        c = a.obs["leiden"].to_numpy()
-        runs.append((adjusted_rand_score(labels, c), normalized_mutual_info_score(labels, c), len(set(c))))
-    ari, nmi, n = (np.asarray(x, float) for x in zip(*runs))
-    out = {"leiden_ari": float(ari[0]), "leiden_nmi": float(nmi[0]), "n_clusters": int(n[0])}
-    if len(seeds) > 1:
-        out |= {"leiden_ari_mean": float(ari.mean()), "leiden_ari_sd": float(ari.std(ddof=1)),
-                "leiden_nmi_mean": float(nmi.mean()), "n_seeds": len(seeds)}
-    return out
-
-
-def knn_agreement(Z: np.ndarray, labels: np.ndarray, k: int = 15) -> float:
-    """Mean share of each cell's ``k`` nearest other cells (Euclidean, as ``sc.pp.neighbors``' default metric)
-    that carry its label: how much of the annotation the neighbour graph on ``Z`` holds, before any clustering."""
-    from sklearn.neighbors import NearestNeighbors
-
-    labels = np.asarray(labels)
-    if len(labels) <= k:
-        raise ValueError(f"knn_agreement: k={k} needs more than k cells, got {len(labels)}")
-    others = NearestNeighbors(n_neighbors=k).fit(Z).kneighbors(return_distance=False)  # X=None: never the cell itself
-    return float((labels[others] == labels[:, None]).mean())
-
-
-def standard_path(adata, *, lognorm: bool) -> np.ndarray:
-    """PCA-50 of 2,000 HVGs of the log-normalized cells (scanpy's standard path)."""
-    import scanpy as sc
-
-    a = adata.copy()
-    if not lognorm:
-        sc.pp.normalize_total(a)
-        sc.pp.log1p(a)
-    sc.pp.highly_variable_genes(a, n_top_genes=2000)
-    sc.pp.pca(a, n_comps=50, mask_var="highly_variable", random_state=0)
-    return a.obsm["X_pca"]
-
+from benchmarks.protocol import leiden_scores, marker_types, standard_path, validation_cells
 
 SETS = ("validation_pbmc", "chemistries_pbmc", "test_pancreas")
 
@@ -85,7 +38,6 @@ SETS = ("validation_pbmc", "chemistries_pbmc", "test_pancreas")
 def cell_set(name: str) -> tuple:
     """``(adata, labels, lognorm)`` of one of ``SETS``: the validation, chemistry or test cells."""
     import biomjepa as bj
-    from benchmarks.evaluation.model_card_eval import marker_types, validation_cells
 
     if name == "validation_pbmc":
         a, lognorm = validation_cells(), False

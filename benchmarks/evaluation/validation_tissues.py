@@ -1,24 +1,18 @@
 """The validation panel (issues 37 and 54): checkpoints against PCA-50 and a trivial baseline, tissue by tissue.
 
 Validation tissues (what recipes, readouts and checkpoints are chosen on; never the test cells), all kept out of
-every corpus:
-
-* ``pbmc``: the 1,072 held-out sorted PBMCs (``sorted_celltype``), droplet UMIs;
-* ``brain``: Darmanis 2015 human brain, 420 cells (the 46 ``hybrid`` cells dropped; ``cell_type``), C1 read
-  counts embedded as molecule equivalents (``input="reads"``);
-* ``immune``: Tabula Muris 2018 mouse immune cells, 1,000 cells of 5 types (``cell_type``), 10x UMIs, mapped
-  through the 1:1 orthologs (``species="mouse"``);
-* ``chemistry`` (technical robustness, PBMC; not a validation tissue of the rule): 900 cells of the 10x 3' v2 /
-  3' v3 / 5' PBMC set with marker types.
+every corpus, loaded and scored with ``benchmarks/protocol.py`` (its docstring describes them): ``pbmc`` (1,072
+held-out sorted PBMCs), ``brain`` (Darmanis, 420 cells, read counts as molecule equivalents), ``immune`` (Tabula
+Muris mouse immune, 1,000 cells); ``chemistry`` (technical robustness, not a tissue of the rule): 900 cells of the
+10x 3' v2 / 3' v3 / 5' PBMC set with marker types.
 
 Per representation and set: few-shot k = 5 macro-F1 (``bj.bench.annotation``, seeds 42–46), Leiden ARI with
-scanpy's defaults on the embedding as ``bj.tl.embed`` returns it (``sc.pp.neighbors(use_rep=...)``, igraph Leiden,
-resolution 1; mean over ``--leiden-seeds`` seeds), 15-NN label agreement (what the neighbour graph holds: the
-share of each cell's 15 nearest neighbours, Euclidean as ``sc.pp.neighbors``, that carry its label), the 20 %-thinned agreement (``bj.bench.depth_robustness``:
-thinned cells' nearest full-depth neighbour has their label; droplet sets only: thinning reads by 20 % leaves their
-molecule equivalents nearly unchanged) and, on the chemistry set, chemistry mixing within a type
-(``bj.bench.integration``: ``cross_batch_share_within_label``). PCA-50 is the standard scanpy path on the same
-cells; ``depth`` (log library size and log detected genes, 2 numbers per cell) is the trivial baseline.
+scanpy's defaults on the embedding as ``bj.tl.embed`` returns it (mean over ``--leiden-seeds`` seeds), the number of
+Leiden clusters, 15-NN label agreement, the 20 %-thinned agreement (``bj.bench.depth_robustness``: thinned cells'
+nearest full-depth neighbour has their label; droplet sets only: thinning reads by 20 % leaves their molecule
+equivalents nearly unchanged) and, on the chemistry set, chemistry mixing within a type (``bj.bench.integration``:
+``cross_batch_share_within_label``). ``pca50`` is the package's PCA-50 path (``bj.bench.add_baselines``) on the same
+cells; ``depth`` (log library size and log detected genes) is the trivial baseline.
 
 ``--rule NEW OLD`` evaluates the shipping rule (:func:`shipping_rule`) over ``--tissues`` (default all three
 validation tissues): NEW ahead of OLD on the mean of the tissues in F1 and in Leiden ARI (the mean over seeds
@@ -37,47 +31,10 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
-from benchmarks._common import SHARED, write_csv
-from benchmarks.evaluation.model_card_eval import chemistry_cells, validation_cells
-from benchmarks.evaluation.scanpy_defaults import knn_agreement, leiden_scores
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def brain_cells():
-    import anndata as ad
-
-    a = ad.read_h5ad(SHARED / "scrna" / "darmanis2015_brain_466cells_raw.h5ad")
-    names = (REPO / "src" / "biomjepa" / "datasets" / "_data" / "validation_darmanis_brain.txt").read_text().split()
-    a = a[a.obs_names.isin(names)].copy()
-    a.obs["cell_type"] = a.obs["cell_type"].astype(str)
-    return a
-
-
-def immune_cells():
-    import anndata as ad
-
-    a = ad.read_h5ad(SHARED / "scrna" / "tabulamuris2018_mouse_immune_10x_1000cells_raw.h5ad")
-    a.obs["cell_type"] = a.obs["cell_type"].astype(str)
-    return a
-
-
-#: set -> (loader, input kind of its counts, batch key, map_vocab keywords)
-SETS = {"pbmc": (validation_cells, "counts", None, {}), "brain": (brain_cells, "reads", None, {}),
-        "immune": (immune_cells, "counts", None, {"species": "mouse"}),
-        "chemistry": (chemistry_cells, "counts", "batch", {})}
-
-
-def add_depth(adata) -> str:
-    from scipy import sparse
-
-    X = sparse.csr_matrix(adata.X)
-    adata.obsm["X_depth"] = np.c_[np.log1p(np.asarray(X.sum(1)).ravel()), np.log1p(np.diff(X.indptr))].astype(np.float32)
-    return "X_depth"
+from benchmarks._common import write_csv
+from benchmarks.protocol import F1_SEEDS, KNN_K, SETS, TISSUES, add_depth, knn_agreement, leiden_scores
 
 
 def score_set(name: str, checkpoints: dict[str, str], leiden_seeds: int, thinned: bool = True) -> list[dict]:
@@ -100,7 +57,7 @@ def score_set(name: str, checkpoints: dict[str, str], leiden_seeds: int, thinned
         bj.tl.embed(adata, checkpoint=ck, input=kind, key_added=f"X_{model}")
         reps.append(f"X_{model}")
     sub = adata[labelled].copy()
-    parts = [bj.bench.annotation(sub, label_key="cell_type", use_reps=reps, shots=(5,), seeds=(42, 43, 44, 45, 46))]
+    parts = [bj.bench.annotation(sub, label_key="cell_type", use_reps=reps, shots=(5,), seeds=F1_SEEDS)]
     if kind == "counts" and thinned:
         thin = [r for r in reps if r != "X_depth"]
         parts.append(bj.bench.depth_robustness(sub, label_key="cell_type", use_reps=thin, fractions=(0.2,)))
@@ -116,12 +73,8 @@ def score_set(name: str, checkpoints: dict[str, str], leiden_seeds: int, thinned
     labels = sub.obs["cell_type"].to_numpy()
     for r in reps:
         rows[r] |= leiden_scores(sub.obsm[r], labels, tuple(range(leiden_seeds)))
-        rows[r]["knn15_agreement"] = knn_agreement(sub.obsm[r], labels, k=15)
+        rows[r]["knn15_agreement"] = knn_agreement(sub.obsm[r], labels, k=KNN_K)
     return list(rows.values())
-
-
-#: the validation tissues the shipping rule reads by default (issue 54: a third, mouse, tissue)
-TISSUES = ("pbmc", "brain", "immune")
 
 
 def ari_column(table) -> str:

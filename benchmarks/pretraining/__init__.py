@@ -1,1 +1,1 @@
-"""Pretraining experiments: objective controls, learning curves, levers, the real-corpus acceptance run."""
+"""Pretraining: learning curves of a run on the validation tissues, and the stopping rule."""

@@ -45,7 +45,8 @@ import numpy as np
 import pandas as pd
 
 from benchmarks._common import RESULTS, write_csv
-from benchmarks.evaluation.validation_tissues import SETS, TISSUES, score_set
+from benchmarks.evaluation.validation_tissues import score_set
+from benchmarks.protocol import SETS, TISSUES
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))  # export_bundled

@@ -73,7 +73,7 @@ def timed(fn, table, seeds, sizes, state) -> tuple[float, tuple[np.ndarray, np.n
 
 def cpu() -> dict:
     """The CPU's name and flags as the other speed scripts write them."""
-    from benchmarks.speed.bench_precision import machine
+    from benchmarks._common import machine
 
     info = machine()
     return {"cpu": info["cpu"], "cpu_flags": info["cpu_flags"], "numpy": np.__version__}

@@ -32,31 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `b
 
 import numpy as np
 
-from benchmarks._common import REPO, write_csv
+from benchmarks._common import REPO, machine, write_csv
 
 #: (M, K, N): mini tokens × d → d_ff, d_ff → d, d → d (36,864 tokens: 64 cells of 576), base FFN (issue 38's table)
 GEMM_SHAPES = ((36864, 128, 512), (36864, 512, 128), (36864, 128, 128), (4096, 768, 3072))
-FLAGS = ("amx_bf16", "amx_tile", "amx_int8", "avx512_bf16", "avx512_fp16", "avx512f", "avx2")
-
-
-def machine() -> dict:
-    """CPU name, its bf16-relevant flags (``/proc/cpuinfo``), torch's capability and version, threads."""
-    import platform
-
-    import torch
-
-    name, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and name in ("", platform.machine(), platform.processor()):
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith(("flags", "Features")) and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return {"cpu": name, "cpu_flags": " ".join(f for f in FLAGS if f in flags) or "none",
-            "torch_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
-            "threads": torch.get_num_threads()}
 
 
 def _best(fn, repeats: int) -> float:

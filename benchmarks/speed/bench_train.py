@@ -19,7 +19,7 @@ others); and, from one more step under ``torch.profiler``, the share of time in 
 ``results/<--out>``.
 
 Every row also holds the CPU's name and flags (``cpu``, ``cpu_flags``, ``torch_capability``, as
-``bench_precision.machine`` reads them) and the precision the loop ran in (``precision``: ``loop.precision``,
+``_common.machine`` reads them) and the precision the loop ran in (``precision``: ``loop.precision``,
 ``--precision`` when given, resolved on this device; ``auto`` is bf16 on CPUs with bf16 units). ``--teacher-genes
 256,512`` runs every recipe once per teacher view (rows ``NAME-t256``, ``NAME-t512``), so ``teacher_s`` and
 ``step_s`` are measured per view size; ``--rounds N`` makes the recipes take turns in this process, ``--steps`` timed
@@ -194,7 +194,7 @@ class RecipeRun:
 
 def cpu() -> dict:
     """The CPU's name and flags and torch's CPU capability, as the other speed scripts write them."""
-    from benchmarks.speed.bench_precision import machine
+    from benchmarks._common import machine
 
     info = machine()
     return {k: info[k] for k in ("cpu", "cpu_flags", "torch_capability", "torch")}

@@ -144,12 +144,13 @@ def tokenized(adata, n_cells: int, seed: int = 0):
     return concat_cells([c for _, c in iter_tokenized(sub)])
 
 
-def measure(name: str, adata, n_cells: int, batch_size: int, variants: list[str]) -> list[dict]:
+def measure(name: str, adata, n_cells: int, batch_size: int, variants: list[str],
+            checkpoint: str | None = None) -> list[dict]:
     """Stage rows of one cell set: each bf16 variant against float32, and the float32 batch-size floor."""
     from biomjepa._pretrained import load_model
     from biomjepa.nn.inference import embed_cells
 
-    model = load_model().eval()
+    model = load_model(checkpoint).eval()
     cells = tokenized(adata, n_cells)
     refs = [(batch, forward_stages(model, batch, "fp32")) for _, batch in batches(cells, model.config.vocab_size, batch_size)]
     out = []
@@ -193,7 +194,7 @@ def _pooled(parts: list[dict]) -> dict:
 
 
 def main() -> None:
-    from benchmarks.speed.bench_precision import machine
+    from benchmarks._common import machine
     from benchmarks.speed.precision_accuracy import load_set
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -202,6 +203,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--variants", nargs="+", default=[""],
                    help='float32 islands per variant: comma-separated encoder submodules ("" = plain bf16)')
+    p.add_argument("--checkpoint", default=None, help="registry name or directory (default: the bundled model)")
     p.add_argument("--out", default="bf16_error_stages.csv")
     args = p.parse_args()
     info, rows = machine(), []
@@ -210,7 +212,8 @@ def main() -> None:
         if loaded is None:
             print(f"{name}: cells not found (../shared/data), skipped")
             continue
-        rows += [r | info for r in measure(name, loaded[0], args.cells, args.batch_size, args.variants)]
+        rows += [r | info for r in measure(name, loaded[0], args.cells, args.batch_size, args.variants,
+                                           args.checkpoint)]
     import pandas as pd
 
     t = pd.DataFrame(rows)

@@ -5,7 +5,7 @@ demo cells (``bj.datasets.pancreas()``, 1,074 cells), ``tl.embed`` runs in float
 batch size 64, and in bf16 at batch size 7 (other padded shapes: batch-size invariance within the bf16
 tolerance). One row per set and comparison: per-cell cosine (min, 1st percentile, mean), max |difference|
 relative to the float32 embedding's largest entry, 10-NN overlap (Euclidean, as ``sc.pp.neighbors`` sees them),
-and for the labelled sets the few-shot (k = 5) macro-F1 of each embedding (``bj.bench.probe.few_shot_f1``) and
+and for the labelled sets the few-shot (k = 5) macro-F1 of each embedding (``protocol.few_shot_f1``) and
 their difference. The float32 batch-7 row is the reference for what batch size alone changes in float32.
 
     python benchmarks/speed/precision_accuracy.py [--sets validation demo] [--out precision_accuracy.csv]
@@ -29,31 +29,24 @@ from benchmarks._common import SHARED, write_csv
 
 def load_set(name: str):
     """``(adata mapped to the vocabulary, label column)`` of ``validation`` or ``demo``; ``None`` if absent."""
-    import anndata as ad
-
     import biomjepa as bj
+    from benchmarks.protocol import test_cells, validation_cells
 
-    if name == "demo":
-        a, key = bj.datasets.pancreas(), "cell_type"
-    else:
-        path = SHARED / "scrna" / "pbmc_sorted_2140cells_raw.h5ad"
-        if not path.is_file():
-            return None
-        a = ad.read_h5ad(path)
-        a = a[a.obs_names.isin(bj.datasets.heldout_cells("pbmc_sorted"))].copy()
-        key = "sorted_celltype"
+    if name != "demo" and not (SHARED / "scrna" / "pbmc_sorted_2140cells_raw.h5ad").is_file():
+        return None
+    a = test_cells() if name == "demo" else validation_cells()
     bj.pp.map_vocab(a)
-    return a, key
+    return a, "cell_type"
 
 
-def embed(adata, precision: str, batch_size: int) -> tuple[np.ndarray, float]:
+def embed(adata, precision: str, batch_size: int, checkpoint: str | None = None) -> tuple[np.ndarray, float]:
     import biomjepa as bj
 
     before = bj.settings.precision
     bj.settings.precision = precision
     try:
         t0 = time.perf_counter()
-        out = bj.tl.embed(adata, device="cpu", batch_size=batch_size, copy=True)
+        out = bj.tl.embed(adata, checkpoint=checkpoint, device="cpu", batch_size=batch_size, copy=True)
         seconds = time.perf_counter() - t0
     finally:
         bj.settings.precision = before
@@ -70,8 +63,8 @@ def compare(ref: np.ndarray, got: np.ndarray, k: int = 10) -> dict:
             "max_abs_rel": float(np.abs(got - ref).max() / np.abs(ref).max()), f"knn{k}_overlap": knn_overlap(ref, got, k)}
 
 
-def measure(name: str) -> list[dict]:
-    from biomjepa.bench.probe import few_shot_f1
+def measure(name: str, checkpoint: str | None = None) -> list[dict]:
+    from benchmarks.protocol import few_shot_f1
 
     loaded = load_set(name)
     if loaded is None:
@@ -81,7 +74,7 @@ def measure(name: str) -> list[dict]:
     labels = adata.obs[key].astype(str).to_numpy()
     Z, secs = {}, {}
     for prec, bs in (("fp32", 64), ("bf16", 64), ("bf16", 7), ("fp32", 7)):
-        Z[prec, bs], secs[prec, bs] = embed(adata, prec, bs)
+        Z[prec, bs], secs[prec, bs] = embed(adata, prec, bs, checkpoint)
         print(f"{name}: {prec} batch {bs}: {secs[prec, bs]:.1f} s", flush=True)
     f1 = {c: few_shot_f1(Z[c], labels) for c in (("fp32", 64), ("bf16", 64))}
     rows = []
@@ -106,10 +99,11 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sets", nargs="+", default=["validation", "demo"], choices=["validation", "demo"])
+    p.add_argument("--checkpoint", default=None, help="registry name or directory (default: the bundled model)")
     p.add_argument("--out", default="precision_accuracy.csv", help="CSV name under benchmarks/results/")
     args = p.parse_args(argv)
     bj.settings.progress = False
-    rows = [r for name in args.sets for r in measure(name)]
+    rows = [r for name in args.sets for r in measure(name, args.checkpoint)]
     for r in rows:
         r |= {"torch": torch.__version__, "bf16_units": " ".join(cpu_bf16_units()) or "none"}
     print(f"wrote {write_csv(rows, args.out)}")

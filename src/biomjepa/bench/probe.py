@@ -11,7 +11,7 @@ leading axis and of the embedding norm with the number of detected genes) and, w
 few-shot k = 5 macro-F1 (``bj.bench.annotation``'s protocol) to ``probe.csv`` in the run directory, next to
 the run's own target diagnostics (``log.csv``: target RMS, energy and rank, the predictor's R², the
 Procrustes cosine, prediction and target s.d.) averaged over the 50 steps before the checkpoint.
-:func:`probe_scores` is also what ``benchmarks/select_checkpoint.py`` uses, so selection sees the
+:func:`probe_scores` is also what ``benchmarks/evaluation/select_checkpoint.py`` uses, so selection sees the
 same numbers the run logged.
 """
 

@@ -8,7 +8,7 @@ checkpoint directory (``config.json`` + ``model.safetensors`` + ``SHA256SUMS``).
 The recipe (:data:`RECIPE`) is the bundled ``mini`` preset (the v0.3 recipe: depth-thinned 64-gene student
 views, the view contrast) with a 256-gene teacher view on 64-cell batches, started from the checkpoint's encoder
 with gene embeddings re-initialised from the cells, exporting the EMA teacher read out with ``max_top5_mean_wmean``,
-with the choices measured in ``benchmarks/evaluation/adapt_curve.py`` on validation tissues only.
+with the choices measured in ``5ee3373:benchmarks/evaluation/adapt_curve.py`` on validation tissues only.
 The exported readout records fixed per-feature statistics of the adapted cells' embeddings, measured by the
 caller's ``readout_of`` on the exported encoder (``bj.tl.adapt`` embeds the cells once, there, and keeps that
 embedding), so the checkpoint returns standardized embeddings for these and any later query cells.
