@@ -18,6 +18,7 @@ and reaches the others the same way (``from benchmarks.speed import bench_embed`
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -120,6 +121,19 @@ def commit() -> str:
                               text=True).stdout.strip()
     except OSError:
         return ""
+
+
+@contextlib.contextmanager
+def precision(value: str):
+    """``bj.settings.precision = value`` for the body; the setting is put back."""
+    import biomjepa as bj
+
+    before = bj.settings.precision
+    bj.settings.precision = value
+    try:
+        yield
+    finally:
+        bj.settings.precision = before
 
 
 def write_csv(rows: list[dict], name: str) -> Path:

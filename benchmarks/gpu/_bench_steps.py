@@ -250,15 +250,10 @@ def step_f(s) -> None:
 
 def _bench_train_setup(s) -> SimpleNamespace:
     """Synthetic-cell universe and gene graph of ``bench_train`` (made once per suite)."""
-    import tempfile
-
-    import _kit
+    from benchmarks.speed.bench_train import synthetic
 
     if "bench_train" not in s.state:
-        genes = s.pick(200, 1500)
-        _kit.UNIVERSE = universe = max(4000, 2 * genes)
-        tmp = Path(tempfile.mkdtemp(dir=s.work, prefix="bench_train_"))
-        s.state["bench_train"] = SimpleNamespace(tmp=tmp, graph=_kit.make_graph(tmp), universe=universe, genes=genes)
+        s.state["bench_train"] = synthetic(s.pick(200, 1500), s.work)
     return s.state["bench_train"]
 
 

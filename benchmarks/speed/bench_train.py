@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
@@ -82,6 +83,15 @@ def _sets(written: dict, key: str) -> bool:
     return key in written or name in (written.get(section) if isinstance(written.get(section), dict) else {})
 
 
+def synthetic(genes: int, work: Path | None = None) -> SimpleNamespace:
+    """The synthetic cells' gene universe and gene graph (``tests/train/_kit``), in a new directory under ``work``."""
+    import _kit
+
+    _kit.UNIVERSE = universe = max(4000, 2 * genes)
+    tmp = Path(tempfile.mkdtemp(dir=work, prefix="bench_train_"))
+    return SimpleNamespace(tmp=tmp, graph=_kit.make_graph(tmp), universe=universe, genes=genes)
+
+
 def make_corpus(tmp: Path, n: int, genes: int, universe: int, V: int) -> str:
     from scipy import sparse
 
@@ -115,13 +125,13 @@ class RecipeRun:
         from biomjepa.train.loop import Trainer
 
         self.name, self.args, self.profile = name, args, getattr(args, "profile", False)
-        over = {"batch_size": args.batch, "accumulation": 1, **over}
+        over = {"batch_size": args.batch, "accumulation": 1, "min_context": 64, **over}
         self.cells = over["batch_size"] * over["accumulation"]
         steps = rounds * args.steps + 2  # the timed steps, the warm-up and the FLOP-counted step (the stream cycles)
         corpus = make_corpus(tmp / name, self.cells * steps, args.genes, universe, _kit.V)
         self.cfg = preset(args.preset).replace(
             **over, corpus=[corpus], cache_dir=str(tmp / name / "c"), graph=graph, out_dir=str(tmp / name / "r"),
-            steps=steps, min_block=int(0.1 * universe), max_block=int(0.4 * universe), min_context=64,
+            steps=steps, min_block=int(0.1 * universe), max_block=int(0.4 * universe),
             progress=False, tensorboard=False, checkpoint_every=10**9, gene_init="random", probe=None)
         self.tr = Trainer(self.cfg, init_distributed(self.cfg.loop.device))
         self.data = self.tr.batches()
@@ -295,15 +305,11 @@ def main() -> None:
         ap.error("--steps and --rounds must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
-    import _kit
-
     from benchmarks._common import write_csv
 
-    universe = _kit.UNIVERSE = max(4000, 2 * args.genes)
-    tmp = Path(tempfile.mkdtemp())
-    graph = _kit.make_graph(tmp)
+    env = synthetic(args.genes)
     fixed = {"device": args.device} | ({"precision": args.precision} if args.precision else {})
-    recipes = [RecipeRun(name, {**fixed, **over}, args, tmp, graph, universe, rounds=args.rounds)
+    recipes = [RecipeRun(name, {**fixed, **over}, args, env.tmp, env.graph, env.universe, rounds=args.rounds)
                for name, over in runs(args.recipe, args.preset, args.teacher_genes)]
     for r in range(args.rounds):
         for run in recipes if r % 2 == 0 else recipes[::-1]:  # in turn: every recipe sees the same machine load

@@ -1,6 +1,6 @@
 """bf16 embeddings of the bundled model held to the bounds measured against float32 (issue 38).
 
-``benchmarks/speed/precision_accuracy.py`` measured, on this repository's CPU (Xeon with AMX, torch 2.13):
+``benchmarks/speed/bench_precision.py accuracy`` measured, on this repository's CPU (Xeon with AMX, torch 2.13):
 
 * validation cells (1,072 held-out sorted PBMC): per-cell cosine min 0.9939 / mean 0.9975, 10-NN overlap 0.891,
   few-shot F1 0.674 against 0.671; bf16 at batch 7 against batch 64: cosine min 0.99997, 10-NN overlap 1.0;
