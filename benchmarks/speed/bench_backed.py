@@ -1,4 +1,4 @@
-"""Out-of-core embedding: ``pp.map_vocab`` + ``tl.embed`` on a generated ≥100k-cell backed .h5ad.
+"""Out of core: peak RSS of ``pp.map_vocab`` + ``tl.embed``, or of each ``tl`` tool, on a generated ≥100k-cell backed .h5ad.
 
 The file (cached under ``--workdir``; regenerated only when missing or with ``--regenerate``) holds
 a real-like raw-count CSR: ``--genes`` features (all 19,264 vocabulary symbols, topped up with
@@ -9,17 +9,26 @@ the mean number of detected genes per cell is ``--genes-per-cell`` (default 300:
 (``anndata.io.write_elem`` + ``sparse_dataset(...).append``) in a separate process, so generation
 stays small in memory too (its peak RSS is reported).
 
-The measurement opens the file with ``anndata.read_h5ad(path, backed="r")``, loads the bundled
-default checkpoint (``bj.load_model()``), and takes the baseline ``VmRSS`` after both. It then runs
-``bj.pp.map_vocab`` and ``bj.tl.embed`` (default checkpoint, default batch size) and reports the
-peak RSS above that baseline two ways: the maximum of ``VmRSS`` sampled every 50 ms by a
-background thread, and the kernel's exact high-water mark ``VmHWM`` (reset with
-``/proc/self/clear_refs`` at the baseline, read after ``map_vocab``, reset again and read after
-``embed``; each phase's peak is listed too). The result itself (``obsm``: cells × 256 float32,
-≈98 MiB per 100k cells for ``biomjepa-mini``) is included. Target (issue #7): < 2 GiB.
+The measurement loads the bundled default checkpoint (``bj.load_model()``), opens the file with
+``anndata.read_h5ad(path, backed="r")`` and takes the baseline ``VmRSS`` after both. Each phase's peak RSS above
+that baseline is read two ways: the maximum of ``VmRSS`` sampled every ``--interval`` s (50 ms) by a background
+thread, and the kernel's exact high-water mark ``VmHWM`` (reset with ``/proc/self/clear_refs`` before the phase).
+
+* Default (issue 7, ``bench_backed.csv``): ``bj.pp.map_vocab`` and ``bj.tl.embed`` (default checkpoint, default
+  batch size), one row with each phase's peak; the result itself (``obsm``: cells × 256 float32, ≈98 MiB per 100k
+  cells for ``biomjepa-mini``) is included.
+* ``--tools embed max_token ablate_programme`` (issue 14, ``bench_backed_tools.csv``): after ``map_vocab`` and a
+  ``group`` column (10 groups), each tool in turn (default batch size, ``bj.settings.max_batch_tokens``), one row
+  each, its peak also above the RSS just before it (earlier tools' results stay in memory). Every tool reads
+  AnnData through the one streaming reader, chunk by chunk, so none should hold the dataset in memory.
+  ``ablate_programme`` ablates 10 seeded vocabulary genes of the file with one matched random set,
+  ``--ablate-cells`` cells per group.
+
+Target: < 2 GiB above the model and the backed file.
 
     python benchmarks/speed/bench_backed.py [--cells 100000] [--genes 20000] [--genes-per-cell 300]
         [--workdir /tmp/bj_backed] [--regenerate]
+    OMP_NUM_THREADS=1 python benchmarks/speed/bench_backed.py --tools embed max_token ablate_programme [--threads 0]
 """
 
 from __future__ import annotations
@@ -31,7 +40,9 @@ import os
 import queue
 import sys
 import time
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
@@ -40,6 +51,7 @@ import numpy as np
 from benchmarks._common import RssSampler, peak_rss_mib, reset_peak_rss, rss_mib, write_csv
 
 TARGET_MIB = 2048.0
+TOOLS = ("embed", "max_token", "ablate_programme")
 
 
 def _file_nnz(path: Path) -> int:
@@ -153,8 +165,130 @@ def ensure_file(args) -> tuple[Path, dict]:
     return path, stats
 
 
-def add_file_arguments(p: argparse.ArgumentParser) -> None:
-    """The options that define the synthetic backed file (:func:`ensure_file`), shared with bench_backed_tools."""
+def open_file(path: Path, threads: int):
+    """The bundled model loaded, then the file opened backed: ``(adata, model name, RSS columns)``."""
+    import anndata as ad
+    import torch
+
+    import biomjepa as bj
+
+    if threads:
+        torch.set_num_threads(threads)
+    rss0 = rss_mib()
+    model = bj.load_model()
+    rss = {"rss_before_model_mib": rss0, "model_rss_mib": rss_mib() - rss0}
+    return ad.read_h5ad(path, backed="r"), model.info.get("name", "?"), rss
+
+
+def phase(fn, interval: float) -> SimpleNamespace:
+    """``fn()`` timed, with its peak RSS sampled every ``interval`` s and the kernel's ``VmHWM`` (reset first)."""
+    gc.collect()
+    exact = reset_peak_rss()
+    with RssSampler(interval) as sampler:
+        t0 = time.perf_counter()
+        out = fn()
+        seconds = time.perf_counter() - t0
+    return SimpleNamespace(out=out, seconds=seconds, sampled=sampler.peak, hwm=peak_rss_mib(), exact=exact,
+                           samples=sampler.samples)
+
+
+def verdict(row: dict) -> float:
+    """The worst of the row's two peaks above the baseline; sets ``row["pass"]`` against :data:`TARGET_MIB`."""
+    worst = max(row["peak_above_baseline_sampled_mib"], np.nan_to_num(row["peak_above_baseline_hwm_mib"]))
+    row["pass"] = bool(worst < TARGET_MIB)
+    return worst
+
+
+def embed_row(adata, path: Path, gen: dict, name: str, rss: dict, args) -> dict:
+    """``map_vocab`` then ``embed``, each phase's peak above the baseline (the default measurement)."""
+    import torch
+
+    import biomjepa as bj
+
+    gc.collect()
+    base = rss_mib()
+    m = phase(lambda: bj.pp.map_vocab(adata), args.interval)
+    e = phase(lambda: bj.tl.embed(adata, batch_size=args.batch_size), args.interval)
+    hwm = max(m.hwm, e.hwm) if m.exact else e.hwm
+    Z = adata.obsm["X_biomjepa"]
+    assert Z.shape[0] == adata.n_obs and np.isfinite(Z).all()
+    row = {"cells": adata.n_obs, "genes": adata.n_vars, "nnz": int(gen.get("nnz", 0)) or _file_nnz(path),
+           "genes_per_cell_median": adata.uns["biomjepa"]["params"]["n_genes_median"],
+           "file_mib": path.stat().st_size / 2**20, "checkpoint": name, "threads": torch.get_num_threads(),
+           "map_vocab_s": m.seconds, "embed_s": e.seconds, "total_s": m.seconds + e.seconds,
+           "cells_per_s": adata.n_obs / e.seconds, **rss, "baseline_rss_mib": base,
+           "peak_above_baseline_sampled_mib": max(m.sampled, e.sampled) - base, "peak_above_baseline_hwm_mib": hwm - base,
+           "map_vocab_peak_hwm_mib": m.hwm - base if m.exact else None, "embed_peak_hwm_mib": e.hwm - base,
+           "hwm_reset": m.exact, "samples": m.samples + e.samples, "obsm_mib": Z.nbytes / 2**20, "target_mib": TARGET_MIB}
+    row |= {k: v for k, v in gen.items() if k != "nnz"}
+    worst = verdict(row)
+    print(f"\nbacked out-of-core embed ({name}, {row['threads']} threads): {path}")
+    width = max(len(k) for k in row)
+    for k, v in row.items():
+        print(f"  {k:<{width}}  {v:.4g}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+    if not m.exact:
+        print("note: VmHWM could not be reset; the HWM figure is a process-lifetime peak")
+    print(f"peak RSS above model + backed file: {worst:.0f} MiB {'<' if row['pass'] else '>='} "
+          f"{TARGET_MIB:.0f} MiB target: {'PASS' if row['pass'] else 'MISS'}")
+    return row
+
+
+def _programme(adata, seed: int) -> list[str]:
+    """10 seeded gene symbols of the file that are in the vocabulary."""
+    mapped = adata.var_names[adata.var["biomjepa_token"].to_numpy() >= 0]
+    return sorted(np.random.default_rng(seed).choice(np.asarray(mapped), 10, replace=False).tolist())
+
+
+def run_tool(tool: str, adata, args) -> str:
+    import biomjepa as bj
+
+    if tool == "embed":
+        bj.tl.embed(adata, batch_size=args.batch_size)
+        return f"obsm {adata.obsm['X_biomjepa'].shape}"
+    if tool == "max_token":
+        bj.tl.max_token(adata, groupby="group", batch_size=args.batch_size)
+        return f"{adata.obs['max_token_gene'].nunique()} winner genes"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # undetected programme genes are reported, not fatal
+        bj.tl.ablate_programme(adata, _programme(adata, args.seed), groupby="group", n_cells=args.ablate_cells,
+                               n_random=1, batch_size=args.batch_size)
+    return f"{len(adata.uns['ablation']['cells'])} ablated cells"
+
+
+def tool_rows(adata, name: str, rss: dict, args) -> list[dict]:
+    """Each of ``args.tools`` in turn on the mapped file (``--tools``): its peak above the baseline and its start."""
+    import torch
+
+    import biomjepa as bj
+
+    bj.pp.map_vocab(adata)
+    adata.obs["group"] = (np.arange(adata.n_obs) % 10).astype(str)
+    gc.collect()
+    base = rss_mib()
+    rows = []
+    for tool in args.tools:
+        gc.collect()
+        before = rss_mib()
+        r = phase(lambda tool=tool: run_tool(tool, adata, args), args.interval)
+        nan = float("nan")
+        row = {"tool": tool, "cells": adata.n_obs, "genes": adata.n_vars, "checkpoint": name,
+               "threads": torch.get_num_threads(), "max_batch_tokens": bj.settings.max_batch_tokens,
+               "seconds": r.seconds, "cells_per_s": adata.n_obs / r.seconds, "result": r.out, **rss,
+               "baseline_rss_mib": base, "rss_before_tool_mib": before,
+               "peak_above_baseline_sampled_mib": r.sampled - base,
+               "peak_above_baseline_hwm_mib": r.hwm - base if r.exact else nan,
+               "peak_above_tool_start_hwm_mib": r.hwm - before if r.exact else nan,
+               "hwm_reset": r.exact, "samples": r.samples, "target_mib": TARGET_MIB}
+        worst = verdict(row)
+        rows.append(row)
+        print(f"{tool:>16}: {r.seconds:7.1f} s, peak above model + backed file {worst:6.0f} MiB "
+              f"({'PASS' if row['pass'] else 'MISS'} < {TARGET_MIB:.0f}); {r.out}", flush=True)
+    adata.file.close()
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cells", type=int, default=100_000)
     p.add_argument("--genes", type=int, default=20_000)
     p.add_argument("--genes-per-cell", type=float, default=300, help="mean detected genes per cell")
@@ -162,82 +296,21 @@ def add_file_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--regenerate", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--chunk", type=int, default=10_000, help="rows per generated block")
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_file_arguments(p)
-    p.add_argument("--batch-size", type=int, default=None, help="tl.embed batch size (default bj.settings)")
+    p.add_argument("--tools", nargs="+", default=None, choices=TOOLS,
+                   help="measure each of these tl tools instead of map_vocab + embed (issue 14)")
+    p.add_argument("--ablate-cells", type=int, default=24, help="ablate_programme n_cells per group (--tools)")
+    p.add_argument("--batch-size", type=int, default=None, help="batch size (default bj.settings)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--interval", type=float, default=0.05, help="VmRSS sampling interval, s")
-    p.add_argument("--out", default="bench_backed.csv")
+    p.add_argument("--out", default=None, help="CSV name (default bench_backed.csv; with --tools bench_backed_tools.csv)")
     args = p.parse_args()
     path, gen = ensure_file(args)
-
-    import anndata as ad
-    import torch
-
-    import biomjepa as bj
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    rss0 = rss_mib()
-    model = bj.load_model()
-    rss_model = rss_mib()
-    adata = ad.read_h5ad(path, backed="r")
-    gc.collect()
-    exact = reset_peak_rss()
-    base = rss_mib()
-    with RssSampler(args.interval) as sampler:
-        t0 = time.perf_counter()
-        bj.pp.map_vocab(adata)
-        t1 = time.perf_counter()
-        hwm_map = peak_rss_mib()
-        reset_peak_rss()  # VmHWM → current RSS (≥ baseline): the embed phase's own peak
-        bj.tl.embed(adata, batch_size=args.batch_size)
-        t2 = time.perf_counter()
-    hwm_embed = peak_rss_mib()
-    hwm = max(hwm_map, hwm_embed) if exact else hwm_embed
-    Z = adata.obsm["X_biomjepa"]
-    assert Z.shape[0] == adata.n_obs and np.isfinite(Z).all()
-    n_genes = adata.uns["biomjepa"]["params"]
-    row = {
-        "cells": adata.n_obs,
-        "genes": adata.n_vars,
-        "nnz": int(gen.get("nnz", 0)) or _file_nnz(path),
-        "genes_per_cell_median": n_genes["n_genes_median"],
-        "file_mib": path.stat().st_size / 2**20,
-        "checkpoint": model.info.get("name", "?"),
-        "threads": torch.get_num_threads(),
-        "map_vocab_s": t1 - t0,
-        "embed_s": t2 - t1,
-        "total_s": t2 - t0,
-        "cells_per_s": adata.n_obs / (t2 - t1),
-        "rss_before_model_mib": rss0,
-        "model_rss_mib": rss_model - rss0,
-        "baseline_rss_mib": base,
-        "peak_above_baseline_sampled_mib": sampler.peak - base,
-        "peak_above_baseline_hwm_mib": hwm - base,
-        "map_vocab_peak_hwm_mib": hwm_map - base if exact else None,
-        "embed_peak_hwm_mib": hwm_embed - base,
-        "hwm_reset": exact,
-        "samples": sampler.samples,
-        "obsm_mib": Z.nbytes / 2**20,
-        "target_mib": TARGET_MIB,
-    } | {k: v for k, v in gen.items() if k != "nnz"}
-    worst = max(row["peak_above_baseline_sampled_mib"], row["peak_above_baseline_hwm_mib"])
-    row["pass"] = bool(worst < TARGET_MIB)
-    print(f"\nbacked out-of-core embed ({row['checkpoint']}, {row['threads']} threads): {path}")
-    width = max(len(k) for k in row)
-    for k, v in row.items():
-        print(f"  {k:<{width}}  {v:.4g}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
-    if not exact:
-        print("note: VmHWM could not be reset; the HWM figure is a process-lifetime peak")
-    print(
-        f"peak RSS above model + backed file: {worst:.0f} MiB {'<' if row['pass'] else '>='} "
-        f"{TARGET_MIB:.0f} MiB target: {'PASS' if row['pass'] else 'MISS'}"
-    )
-    print("wrote", write_csv([row], args.out))
+    adata, name, rss = open_file(path, args.threads)
+    if args.tools:
+        rows = tool_rows(adata, name, rss, args)
+    else:
+        rows = [embed_row(adata, path, gen, name, rss, args)]
+    print("wrote", write_csv(rows, args.out or ("bench_backed_tools.csv" if args.tools else "bench_backed.csv")))
 
 
 if __name__ == "__main__":
