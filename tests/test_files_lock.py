@@ -34,3 +34,28 @@ def test_a_lock_taken_on_a_removed_lock_file_is_taken_again_on_the_file_there(tm
         assert out.stdout.strip() == "busy"  # another process sees the lock on the file that is there
     finally:
         held.release()
+
+
+HOLD = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); "
+        "print('held', flush=True); sys.stdin.read()")
+
+
+@pytest.mark.skipif(_files.fcntl is None, reason="flock locks (POSIX)")
+def test_a_lock_to_be_removed_goes_with_its_last_release_and_never_from_under_another_holder(tmp_path):
+    path = tmp_path / ".out.h5ad.lock"
+    outer = _files.lock(path, what="The output out.h5ad", fix="wait", remove=True)
+    inner = _files.lock(path, what="The output out.h5ad", fix="wait", remove=True)  # this process, again
+    inner.release()
+    assert path.exists() and outer.locked  # still held by this process: the file stays
+    outer.release()
+    assert not path.exists() and not outer.locked  # a finished command leaves no lock file behind
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(_files.LockBusy, match=f"pid {holder.pid}"):
+            _files.lock(path, what="The output out.h5ad", fix="wait", remove=True)
+        assert path.exists()  # a refused process removes nothing
+    finally:
+        holder.kill()
+        holder.wait()

@@ -564,9 +564,10 @@ def test_cli_adapt_stopped_says_so_once_and_keeps_a_path_named_out_dir(tmp_path,
     out = tmp_path / "out_dir"
     code = main(["adapt", str(tmp_path / "in.h5ad"), "--out", str(out), "--checkpoint", base])
     err = capsys.readouterr().err
-    said = "biomjepa adapt stopped by SIGTERM" if str(raised) else "adapt stopped by SIGINT"
+    said = "biomjepa adapt: stopped by " + ("SIGTERM" if str(raised) else "SIGINT")
     assert code == (143 if str(raised) else 130)
     assert f"{said}; no checkpoint was written to {out}." in err and "nothing was written" not in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_a_bad_base_checkpoint_is_refused_before_the_cells_are_read(tmp_path, base, monkeypatch):

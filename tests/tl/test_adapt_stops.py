@@ -123,12 +123,17 @@ def test_held_stop_signals_act_after_the_step(known_dispositions):
     from biomjepa._stops import sigterm_interrupts, stops_held
 
     done = []
-    with pytest.raises(KeyboardInterrupt, match="stopped"), sigterm_interrupts("stopped"):
-        with stops_held():
-            signal.raise_signal(signal.SIGTERM)
-            signal.raise_signal(signal.SIGINT)
-            done.append("the step")  # not cut short
-        done.append("after")  # the held signal acts here
+
+    def step():
+        with sigterm_interrupts("stopped"):
+            with stops_held():
+                signal.raise_signal(signal.SIGTERM)
+                signal.raise_signal(signal.SIGINT)
+                done.append("the step")  # not cut short
+            done.append("after")  # the held signal acts before this
+
+    with pytest.raises(KeyboardInterrupt, match="stopped"):
+        step()
     assert done == ["the step"]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

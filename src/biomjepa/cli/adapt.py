@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .embed import EMBED_FLAGS
+from .outputs import STOP_CODES
 from .types import (
     CHECKPOINT_HELP,
     EPILOG,
@@ -21,7 +22,7 @@ def add_adapt_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``adapt`` subcommand; its ``func`` is :func:`run_adapt`."""
     a = subparsers.add_parser(
         "adapt", help="teach the model a dataset's own cells (self-supervised), write the adapted checkpoint",
-        epilog=EPILOG + "; 130/143 stopped by SIGINT/SIGTERM (no checkpoint written)",
+        epilog=EPILOG + STOP_CODES,
         description="Continue pretraining a checkpoint on the cells of INPUT (raw counts; labels are never read) "
         "and write the adapted checkpoint to --out (config.json, model.safetensors, SHA256SUMS), usable as "
         "`biomjepa embed --checkpoint DIR` or bj.tl.embed(adata, checkpoint=DIR). With --embed, also write INPUT "
@@ -60,12 +61,32 @@ ADAPT_FLAGS = {"`bj.tl.embed(adata, checkpoint=out_dir)`": "`biomjepa embed IN.h
 
 
 def run_adapt(args: argparse.Namespace) -> None:
-    """``bj.tl.adapt`` on INPUT (read backed unless ``--embed`` needs it whole), then write ``--embed``."""
+    """``bj.tl.adapt`` on INPUT (read backed unless ``--embed`` needs it whole), then write ``--embed``; ``--embed``
+    is locked throughout, and a stop signal says what it left (:func:`~.outputs.writing`, :func:`_left`)."""
+    from .outputs import writing
+
+    run: dict = {}
+    with writing(args.embed, lambda written: _left(args, run.get("adata"), written)):
+        _adapt_file(args, run)
+
+
+def _left(args: argparse.Namespace, adata, written: bool) -> str:
+    """What a stop left: the checkpoint once ``bj.tl.adapt`` has written it whole (its record is in ``adata`` only
+    then: it leaves nothing otherwise), and whether ``--embed`` was ``written``."""
+    rec = None if adata is None else adata.uns["biomjepa"].get("adapt")
+    if rec is None:
+        return f"no checkpoint was written to {args.out}."
+    said = f"the checkpoint was written to {rec['checkpoint']} before it"
+    if args.embed is None or written:
+        return said + (f", and {args.embed} too." if args.embed else ".")
+    return (f"{said}; {args.embed} was not written (`biomjepa embed {args.input} {args.embed} --checkpoint "
+            f"{rec['checkpoint']}` writes it).")
+
+
+def _adapt_file(args: argparse.Namespace, run: dict) -> None:
     import anndata as ad
 
     import biomjepa as bj
-
-    from .errors import Stopped
 
     if args.embed:  # before the work, as `biomjepa embed` says it
         from .embed import _say_if_output_is_replaced
@@ -74,16 +95,13 @@ def run_adapt(args: argparse.Namespace) -> None:
     adata = ad.read_h5ad(args.input) if args.embed else ad.read_h5ad(args.input, backed="r")
     bj.pp.map_vocab(adata, gene_key=args.gene_key, layer=args.layer, use_raw=args.use_raw, species=args.species,
                     id_type=args.id_type)  # before training: a mapping error or warning is not met after it
+    adata.uns["biomjepa"].pop("adapt", None)  # an earlier run's record (replaced anyway): one there is this run's
+    run["adata"] = adata
     rep = adata.uns["biomjepa"]["vocab"]
     print(f"mapped {rep['n_matched']}/{rep['n_vars']} genes; {rep['count_fraction']:.1%} of counts kept")
-    try:
-        bj.tl.adapt(adata, args.checkpoint, layer=args.layer, use_raw=args.use_raw, input=args.input_kind,
-                    library_size_key=args.library_size_key, species=args.species, steps=args.steps,
-                    time_budget=args.time_budget, out_dir=args.out, seed=args.seed)
-    except KeyboardInterrupt as err:
-        said = str(err).split(";")[0].strip() or "adapt stopped by SIGINT"  # a bare Ctrl-C says nothing
-        raise Stopped(f"{said}; no checkpoint was written to {args.out}.",
-                      143 if "SIGTERM" in str(err) else 130) from None
+    bj.tl.adapt(adata, args.checkpoint, layer=args.layer, use_raw=args.use_raw, input=args.input_kind,
+                library_size_key=args.library_size_key, species=args.species, steps=args.steps,
+                time_budget=args.time_budget, out_dir=args.out, seed=args.seed)
     rec = adata.uns["biomjepa"]["adapt"]
     print(f"adapted {rec['base']['name']} on {rec['n_cells']} cells: {rec['steps_done']} steps in {rec['seconds']:.0f} s; "
           f"wrote {rec['checkpoint']} (sha256 {rec['checkpoint_sha256']})")

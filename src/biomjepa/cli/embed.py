@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from .outputs import STOP_CODES
 from .types import (
     BATCH_SIZE_HELP,
     CHECKPOINT_HELP,
@@ -25,7 +26,7 @@ from .types import (
 def add_embed_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``embed`` subcommand on an ``argparse`` subparsers object; its ``func`` is :func:`run_embed`."""
     e = subparsers.add_parser(
-        "embed", help="map genes and embed an .h5ad of raw counts", epilog=EPILOG,
+        "embed", help="map genes and embed an .h5ad of raw counts", epilog=EPILOG + STOP_CODES,
         description="Map the genes of INPUT onto the vocabulary (bj.pp.map_vocab), embed every cell "
         "(bj.tl.embed) and write INPUT plus var['biomjepa_token'], uns['biomjepa'] and "
         "obsm['X_biomjepa'] to OUTPUT. INPUT must hold raw integer counts (in X or --layer), or "
@@ -73,12 +74,22 @@ EMBED_FLAGS = {"or layer=, not both": "or --layer, not both", "input='lognorm'":
 
 
 def run_embed(args: argparse.Namespace) -> None:
-    """Run ``biomjepa embed INPUT OUTPUT``: ``bj.pp.map_vocab``, ``bj.tl.embed``, then write OUTPUT atomically."""
+    """Run ``biomjepa embed INPUT OUTPUT``: ``bj.pp.map_vocab``, ``bj.tl.embed``, then write OUTPUT atomically; OUTPUT
+    is locked throughout (a second command writing it is refused), a stop signal says what it left
+    (:func:`~.outputs.writing`)."""
+    from .outputs import writing
+
+    _say_if_output_is_replaced(args.input, args.output)
+    with writing(args.output, lambda written: f"{args.output} was written in full before it." if written
+                 else f"nothing was written to {args.output}."):
+        _embed_file(args)
+
+
+def _embed_file(args: argparse.Namespace) -> None:
     import anndata as ad
 
     import biomjepa as bj
 
-    _say_if_output_is_replaced(args.input, args.output)
     adata = ad.read_h5ad(args.input)
     bj.pp.map_vocab(adata, gene_key=args.gene_key, layer=args.layer, use_raw=args.use_raw, species=args.species,
                     id_type=args.id_type)

@@ -3,7 +3,8 @@
 Exit codes: 0 success, 1 error while running (``PROG: error: MESSAGE`` on stderr), 2 usage error
 (``argparse``: bad arguments, missing files, or a check run before any work), and a command's own
 code for work stopped on purpose and left to be resumed (:class:`Stopped`: ``biomjepa train`` stopped
-by SIGTERM/SIGINT exits ``128 + signum``). The library names
+by SIGTERM/SIGINT exits ``128 + signum``). A command that writes files says what a stop left (:func:`stopped`,
+143/130); any other Ctrl-C is one line and exit code 130, not a traceback. The library names
 its Python arguments in its messages (``overwrite=True``), never a command's options; a command
 passes ``flags``, a mapping of those phrases to its own options, so its user reads ``--overwrite``.
 Warnings raised while a command runs go the same way: each distinct one printed once, as
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -73,10 +75,24 @@ class Stopped(Exception):
         self.code = int(code)
 
 
+def stop_signal(err: KeyboardInterrupt) -> signal.Signals:
+    """The signal behind ``err``: SIGTERM where the package raised it for one (:func:`biomjepa._stops.sigterm_interrupts`
+    and the adapt loop name it in the message), else SIGINT (Ctrl-C)."""
+    return signal.SIGTERM if "SIGTERM" in str(err) else signal.SIGINT
+
+
+def stopped(err: KeyboardInterrupt, left: str) -> Stopped:
+    """The :class:`Stopped` of a command that ``err`` (a stop signal) ended: ``stopped by SIGTERM; LEFT`` (what is
+    on disk now), exit code ``128 + signum`` (143 for SIGTERM, 130 for SIGINT)."""
+    sig = stop_signal(err)
+    return Stopped(f"stopped by {sig.name}; {left}", 128 + sig)
+
+
 def run_command(func: Callable[[], object], *, prog: str, verbose: bool = False,
                 flags: Mapping[str, str] | None = None) -> int:
     """Run ``func()``; 0 when it returns, 1 with ``PROG: error: MESSAGE`` on stderr when it raises one of
-    :data:`RUNTIME_ERRORS` (with the traceback logged too when ``verbose``), ``err.code`` for :class:`Stopped`.
+    :data:`RUNTIME_ERRORS` (with the traceback logged too when ``verbose``), ``err.code`` for :class:`Stopped`,
+    ``128 + signum`` with ``PROG: stopped by SIGINT.`` for a stop signal no command said more about.
     Its warnings are printed once each, in ``flags`` (:func:`plain_warnings`)."""
     try:
         with plain_warnings(prog, flags):
@@ -84,6 +100,9 @@ def run_command(func: Callable[[], object], *, prog: str, verbose: bool = False,
     except Stopped as err:
         print(f"{prog}: {error_message(err, flags)}", file=sys.stderr)
         return err.code
+    except KeyboardInterrupt as err:  # one line, not a traceback
+        print(f"{prog}: stopped by {stop_signal(err).name}.", file=sys.stderr)
+        return 128 + stop_signal(err)
     except RUNTIME_ERRORS as err:
         if verbose:
             logging.getLogger("biomjepa").exception("traceback")

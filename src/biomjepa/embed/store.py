@@ -25,7 +25,8 @@ Stores written before checksums existed are verified for readable, fully written
 
 One command at a time: the process that creates, overwrites and completes a store (rank 0) holds
 an exclusive lock on ``.OUT.zarr.lock`` beside it (``OUT.zarr/.lock`` where the parent directory is
-read-only) from before it looks at the store until it ends (:func:`lock_store`).
+read-only) from before it looks at the store until it ends (:func:`lock_store`), and removes that file as it
+ends, done or failed (a killed command leaves it, unlocked: the next command takes it).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def lock_store(path: str | Path) -> Lock:
     parent = path.parent if str(path.parent) else Path(".")
     beside = path.with_name(f".{path.name}.lock")
     where = beside if beside.exists() or os.access(parent, os.W_OK | os.X_OK) or not path.is_dir() else path / INNER_LOCK
-    return lock(where, what=f"The atlas store {path}",
+    return lock(where, what=f"The atlas store {path}", remove=True,
                 fix="Two commands writing one store mix their embeddings, and overwrite=True would delete it under the "
                     "other: wait for that one to finish, or give this one another store.")
 
