@@ -19,6 +19,7 @@ and reaches the others the same way (``from benchmarks.speed import bench_embed`
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import threading
 import time
@@ -92,8 +93,9 @@ def best_time(fn, repeats: int = 3) -> float:
 FLAGS = ("amx_bf16", "amx_tile", "amx_int8", "avx512_bf16", "avx512_fp16", "avx512f", "avx2")
 
 
-def machine() -> dict:
-    """CPU name, its bf16-relevant flags (``/proc/cpuinfo``), torch's capability and version, threads."""
+def machine(*keys: str) -> dict:
+    """CPU name, its bf16-relevant flags (``/proc/cpuinfo``), torch's capability and version, threads (only ``keys``
+    when given)."""
     import platform
 
     import torch
@@ -107,9 +109,10 @@ def machine() -> dict:
                 flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return {"cpu": name, "cpu_flags": " ".join(f for f in FLAGS if f in flags) or "none",
+    info = {"cpu": name, "cpu_flags": " ".join(f for f in FLAGS if f in flags) or "none",
             "torch_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
             "threads": torch.get_num_threads()}
+    return {k: info[k] for k in keys} if keys else info
 
 
 def commit() -> str:
@@ -186,20 +189,22 @@ def reset_peak_rss() -> bool:
 
 
 class RssSampler:
-    """Background thread recording the largest ``VmRSS`` seen, sampled every ``interval`` s.
+    """Background thread recording the largest ``VmRSS`` seen (or value of ``read()``: MiB, NaN when it cannot be
+    read), sampled every ``interval`` s.
 
     Use as a context manager; ``peak`` (MiB) is the sampled maximum. A sampler can miss a spike
     shorter than ``interval``: pair it with :func:`peak_rss_mib` (exact, kernel-maintained).
     """
 
-    def __init__(self, interval: float = 0.05) -> None:
-        self.interval, self.peak, self.samples = interval, rss_mib(), 0
+    def __init__(self, interval: float = 0.05, read=rss_mib) -> None:
+        self.interval, self.read, self.samples = interval, read, 0
+        self.peak = read()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, rss_mib())
+            self.peak = _larger(self.peak, self.read())
             self.samples += 1
             self._stop.wait(self.interval)
 
@@ -210,7 +215,12 @@ class RssSampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, rss_mib())
+        self.peak = _larger(self.peak, self.read())
+
+
+def _larger(a: float, b: float) -> float:
+    """The larger of two readings, a NaN (not read) losing to a number."""
+    return b if math.isnan(a) or b > a else a
 
 
 def reset_peak_memory(device) -> None:
@@ -234,6 +244,28 @@ def peak_memory_mib(device) -> float:
         torch.cuda.synchronize(dev)
         return torch.cuda.max_memory_allocated(dev) / 2**20
     return peak_rss_mib()
+
+
+def keep_per_row(indptr, n: int, rng):
+    """A mask over a CSR matrix's entries that keeps ``n`` random entries of each row (a shorter row whole)."""
+    from itertools import pairwise
+
+    import numpy as np
+
+    keep = np.zeros(int(indptr[-1]), dtype=bool)
+    for s, e in pairwise(indptr):
+        keep[s + rng.choice(e - s, size=min(n, e - s), replace=False)] = True
+    return keep
+
+
+def thin_counts(X, n: int, seed: int = 0):
+    """``X`` as CSR with ``n`` random nonzero entries of each row kept (the 400-gene cells of the paper's hPancreas)."""
+    import numpy as np
+
+    X = X.tocsr()
+    X.data = np.where(keep_per_row(X.indptr, n, np.random.default_rng(seed)), X.data, 0)
+    X.eliminate_zeros()
+    return X
 
 
 def fit_exponent(n, y, n_min: float = 0) -> float:

@@ -7,9 +7,9 @@ atlas command line, and reports through the :class:`_suite.Suite` it is given.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -318,8 +318,14 @@ def atlas_inputs(s, cells: int, files: int, genes: int | None) -> list[Path]:
     work = s.work / (f"atlas_{one}x{files}" + ("" if genes is None else f"_{genes}genes"))
     work.mkdir(parents=True, exist_ok=True)
     src = bat.generate(work, one, 1)[0]
-    if genes is not None and not (work / "thinned").exists():
-        _thin(src, genes)
+    if genes is not None and not (work / "thinned").exists():  # toy sizes for --quick
+        import anndata as ad
+
+        from benchmarks._common import thin_counts
+
+        a = ad.read_h5ad(src)
+        a.X = thin_counts(a.X, genes)
+        a.write_h5ad(src)
         (work / "thinned").touch()
     paths = []
     for f in range(files):
@@ -333,59 +339,23 @@ def atlas_inputs(s, cells: int, files: int, genes: int | None) -> list[Path]:
     return paths
 
 
-def _thin(path: Path, genes: int) -> None:
-    """Keep ``genes`` random observed genes per cell (toy sizes for ``--quick``)."""
-    import anndata as ad
+def gpu_used_mib() -> float:
+    """``nvidia-smi``'s used memory (all processes on the GPU), MiB; NaN where it cannot be read."""
+    import subprocess
 
-    a = ad.read_h5ad(path)
-    X = a.X.tocsr()
-    rng = np.random.default_rng(0)
-    keep = np.zeros(X.nnz, dtype=bool)
-    for i in range(X.shape[0]):
-        lo, hi = X.indptr[i], X.indptr[i + 1]
-        keep[lo + rng.choice(hi - lo, size=min(genes, hi - lo), replace=False)] = True
-    X.data = np.where(keep, X.data, 0)
-    X.eliminate_zeros()
-    a.X = X
-    a.write_h5ad(path)
-
-
-class GpuMemory:
-    """Samples ``nvidia-smi``'s used memory (all processes on the GPU) every ``interval`` s; ``peak`` in MiB."""
-
-    def __init__(self, enabled: bool, interval: float = 0.5) -> None:
-        self.enabled, self.interval, self.peak = enabled, interval, float("nan")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        import subprocess
-
-        while not self._stop.is_set():
-            try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True, timeout=10).stdout.split()
-                used = max(float(x) for x in out)
-                self.peak = used if not np.isfinite(self.peak) else max(self.peak, used)
-            except (OSError, ValueError, subprocess.SubprocessError):
-                return
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> GpuMemory:
-        if self.enabled:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self.enabled:
-            self._thread.join()
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout.split()
+        return max(float(x) for x in out)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return float("nan")
 
 
 def step_g(s) -> None:
     """Atlas embedding of >= 300,000 real cells through torchrun -m biomjepa.embed into a zarr store."""
     import shutil
 
+    from benchmarks._common import RssSampler
     from benchmarks.speed import bench_atlas as bat
     from biomjepa.embed import read_atlas
 
@@ -402,7 +372,7 @@ def step_g(s) -> None:
            "--block-rows", s.pick(128, 8192)]
     threads = max(1, (os.cpu_count() or 1) // nproc)
     t0 = time.perf_counter()
-    with GpuMemory(s.cuda) as gpu:
+    with RssSampler(0.5, gpu_used_mib) if s.cuda else contextlib.nullcontext(SimpleNamespace(peak=np.nan)) as gpu:
         _, out = s.run(cmd, env={**s.env(), "OMP_NUM_THREADS": str(s.pick(1, threads))}, timeout=s.pick(240, 900))
     wall = time.perf_counter() - t0
     ranks = [m.groups() for m in bat.LINE.finditer(out)]

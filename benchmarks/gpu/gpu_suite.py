@@ -34,9 +34,7 @@ turns DIR into the model-card evaluation and the performance notes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -44,6 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
+from benchmarks._common import commit as git_commit
+from benchmarks._common import precision
 from benchmarks.gpu._bench_steps import step_c, step_d, step_e, step_f, step_g
 from benchmarks.gpu._suite import OUTPUTS, PAPER, REPO, STEPS, Suite
 from benchmarks.gpu._train_step import step_h
@@ -67,29 +67,21 @@ def step_a(s: Suite) -> None:
         raise RuntimeError(f"pytest -m gpu exited {rc}: {counts}")
 
 
-def knn_overlap(a, b, k: int = 5) -> float:
-    """Mean share of each cell's ``k`` nearest neighbours (itself excluded) that ``a`` and ``b`` agree on."""
-    import numpy as np
-    from sklearn.neighbors import NearestNeighbors
-
-    nn = [NearestNeighbors(n_neighbors=k + 1).fit(z).kneighbors(z, return_distance=False)[:, 1:] for z in (a, b)]
-    return float(np.mean([len(set(x) & set(y)) / k for x, y in zip(*nn)]))
-
-
 def step_b(s: Suite) -> None:
     """bf16 CUDA vs float32 CPU embeddings of the bundled model on the test cells."""
     import numpy as np
 
     import biomjepa as bj
+    from biomjepa.bench.reconstruction import knn_overlap
 
     adata = bj.datasets.pancreas()
     adata = adata[: s.pick(16, adata.n_obs)].copy()
     bj.pp.map_vocab(adata)
     t0 = time.perf_counter()
-    with _precision("fp32"):
+    with precision("fp32"):
         ref = bj.tl.embed(adata, device="cpu", copy=True).obsm["X_biomjepa"]
     t1 = time.perf_counter()
-    with _precision("auto" if s.cuda else "fp32"):  # auto: bf16 on CUDA
+    with precision("auto" if s.cuda else "fp32"):  # auto: bf16 on CUDA
         other = bj.tl.embed(adata, device=s.device, copy=True)
     t2 = time.perf_counter()
     out, dtype = other.obsm["X_biomjepa"], other.uns["biomjepa"]["params"]["dtype"]
@@ -98,23 +90,10 @@ def step_b(s: Suite) -> None:
     s.figure("b", "cosine_min", float(cos.min()), "", 0.99, note + "; target >= 0.99")
     s.figure("b", "cosine_mean", float(cos.mean()), "", None, note)
     s.figure("b", "cosine_p01", float(np.percentile(cos, 1)), "", None, note)
-    s.figure("b", "knn5_overlap", knn_overlap(ref, out), "", 0.8, note + "; target >= 0.8")
+    s.figure("b", "knn5_overlap", knn_overlap(ref, out, 5), "", 0.8, note + "; target >= 0.8")
     s.figure("b", "cells_per_s_cpu_fp32", adata.n_obs / (t1 - t0), "cells/s", None, "whole tl.embed call")
     s.figure("b", "cells_per_s_device", adata.n_obs / (t2 - t1), "cells/s", PAPER["frozen_cells_per_s"],
              f"whole tl.embed call, bundled mini ({dtype}); reference: the paper's base on an A100")
-
-
-@contextlib.contextmanager
-def _precision(value: str):
-    """``bj.settings.precision = value`` for the body; the setting is put back."""
-    import biomjepa as bj
-
-    before = bj.settings.precision
-    bj.settings.precision = value
-    try:
-        yield
-    finally:
-        bj.settings.precision = before
 
 
 # ---------------------------------------------------------------------- driver
@@ -185,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     s.log.info("gpu_suite %s: device %s, quick %s, minutes %s, out %s, work %s", " ".join(sys.argv[1:]),
                args.device, args.quick, args.minutes, s.out, s.work)
     _describe(s)
-    with _precision("auto" if s.cuda else "fp32"):  # every figure in bf16 on CUDA, as the suite has measured it
+    with precision("auto" if s.cuda else "fp32"):  # every figure in bf16 on CUDA, as the suite has measured it
         run_steps(s)
     return 0
 
@@ -196,12 +175,8 @@ def _describe(s: Suite) -> None:
 
     import torch
 
-    try:  # the device's copy of the checkout may have no .git (gpu_session.sh passes the staged commit)
-        commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True,
-                                text=True).stdout.strip()
-    except OSError:
-        commit = ""
-    commit = commit or os.environ.get("BIOMJEPA_COMMIT", "")
+    # the device's copy of the checkout may have no .git (gpu_session.sh passes the staged commit)
+    commit = git_commit() or os.environ.get("BIOMJEPA_COMMIT", "")
     dev = torch.cuda.get_device_name(torch.device(s.device)) if s.cuda else platform.processor() or platform.machine()
     s.figure("all", "machine", dev, "", None,
              f"torch {torch.__version__}, cuda {torch.version.cuda}, python {platform.python_version()}, "

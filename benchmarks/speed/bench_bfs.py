@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `b
 
 import numpy as np
 
-from benchmarks._common import REPO, write_csv
+from benchmarks._common import REPO, machine, write_csv
 
 sys.path.insert(0, str(REPO / "tests" / "data"))  # test_bfs_blocks: the reference search, kept in its test
 
@@ -71,14 +71,6 @@ def timed(fn, table, seeds, sizes, state) -> tuple[float, tuple[np.ndarray, np.n
     return time.perf_counter() - t0, out
 
 
-def cpu() -> dict:
-    """The CPU's name and flags as the other speed scripts write them."""
-    from benchmarks._common import machine
-
-    info = machine()
-    return {"cpu": info["cpu"], "cpu_flags": info["cpu_flags"], "numpy": np.__version__}
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--graph", default=None, help="a saved gene graph directory (default: the bundled STRING links)")
@@ -99,7 +91,7 @@ def main(argv=None) -> None:
 
     table, label = block_table(args.graph)
     cells = observed_genes(table.n_genes)
-    info = {**cpu(), "graph": label, "graph_nnz": table.nnz}
+    info = {**machine("cpu", "cpu_flags"), "numpy": np.__version__, "graph": label, "graph_nnz": table.nnz}
     rows = []
     for b in range(args.batches + 1):
         rng = np.random.default_rng([args.seed, b])

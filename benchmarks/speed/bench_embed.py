@@ -40,6 +40,7 @@ from benchmarks._common import (
     best_time,
     encoder_flops_per_token,
     gemm_gflops,
+    keep_per_row,
     peak_gemm_gflops,
     write_csv,
 )
@@ -58,15 +59,11 @@ def load_cells(n_cells: int, genes_per_cell: int | None, seed: int = 0):
     cells = gather(adata, np.arange(adata.n_obs))
     if genes_per_cell is None:
         return cells
-    rng = np.random.default_rng(seed)
-    keep = np.zeros(len(cells.genes), dtype=bool)
-    for i in range(len(cells)):
-        s, e = cells.indptr[i], cells.indptr[i + 1]
-        keep[s + rng.choice(e - s, size=min(genes_per_cell, e - s), replace=False)] = True
     from biomjepa.data.tokenize import TokenizedCells
 
-    indptr = np.concatenate([[0], np.cumsum([keep[cells.indptr[i] : cells.indptr[i + 1]].sum() for i in range(len(cells))])])
-    return TokenizedCells(indptr, cells.genes[keep], cells.values[keep], cells.library)
+    keep = keep_per_row(cells.indptr, genes_per_cell, np.random.default_rng(seed))  # values keep the full library
+    kept = np.bincount(np.repeat(np.arange(len(cells)), np.diff(cells.indptr))[keep], minlength=len(cells))
+    return TokenizedCells(np.r_[0, np.cumsum(kept)], cells.genes[keep], cells.values[keep], cells.library)
 
 
 def run(

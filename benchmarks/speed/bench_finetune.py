@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `b
 
 import numpy as np
 
-from benchmarks._common import SHARED, encoder_flops_per_token, write_csv
+from benchmarks._common import SHARED, encoder_flops_per_token, thin_counts, write_csv
 
 PAPER_TRAIN_CELLS_PER_S = 24.37  # A100-SXM4-80GB, bf16, hPancreas, batch 8
 
@@ -43,16 +43,8 @@ def load_baron(genes: int | None, seed: int = 0):
     counts = adata.obs["cell_type1"].value_counts()
     adata = adata[adata.obs["cell_type1"].isin(counts.index[counts >= 3])].copy()
     bj.pp.map_vocab(adata)
-    if genes is not None:  # keep `genes` random nonzero entries per cell (library size unchanged)
-        X = adata.X.tocsr()
-        rng = np.random.default_rng(seed)
-        keep = np.zeros(X.nnz, dtype=bool)
-        for i in range(X.shape[0]):
-            s, e = X.indptr[i], X.indptr[i + 1]
-            keep[s + rng.choice(e - s, size=min(genes, e - s), replace=False)] = True
-        X.data = np.where(keep, X.data, 0)
-        X.eliminate_zeros()
-        adata.X = X
+    if genes is not None:  # keep `genes` random nonzero entries per cell
+        adata.X = thin_counts(adata.X, genes, seed)
     return adata
 
 

@@ -169,7 +169,7 @@ class RecipeRun:
         """The recipe's row: its timed steps' rates, one FLOP-counted step, and the phases when profiled."""
         from torch.utils.flop_counter import FlopCounterMode
 
-        from benchmarks._common import gemm_gflops, peak_memory_mib
+        from benchmarks._common import gemm_gflops, machine, peak_memory_mib
 
         timed, tr, cells = self.timed, self.tr, self.cells
         phases = {}
@@ -198,16 +198,8 @@ class RecipeRun:
             "flops_per_token": flops_per_token, "gflops_per_cell": flops_per_token * tokens / cells / 1e9,
             "gflops": gflops, "gemm_gflops": gemm, "fraction_of_gemm": gflops / gemm,
             "loss_first": timed[0][0]["loss"], "loss_last": timed[-1][0]["loss"], "peak_mib": peak, **phases,
-            **cpu(),
+            **machine("cpu", "cpu_flags", "torch_capability", "torch"),
         }
-
-
-def cpu() -> dict:
-    """The CPU's name and flags and torch's CPU capability, as the other speed scripts write them."""
-    from benchmarks._common import machine
-
-    info = machine()
-    return {k: info[k] for k in ("cpu", "cpu_flags", "torch_capability", "torch")}
 
 
 class _PhaseClock:
