@@ -141,3 +141,21 @@ def test_held_stop_signals_act_after_the_step(known_dispositions):
     with stops_held():
         signal.raise_signal(signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_the_scratch_of_an_adapt_in_another_thread_of_this_process_stays(tmp_path):
+    from biomjepa._files import lock
+    from biomjepa.tl import _adapt_dirs
+
+    running = tmp_path / ".other.adapt-thread00"
+    running.mkdir()
+    held = lock(tmp_path / ".other.adapt.lock", what="out_dir='other'", fix="wait")  # the file lock is re-entrant
+    _adapt_dirs._CLAIMED.add(str(tmp_path / "other"))
+    try:
+        _adapt_dirs._sweep(tmp_path / "ck")
+        assert running.exists()
+    finally:
+        _adapt_dirs._CLAIMED.discard(str(tmp_path / "other"))
+        held.release()
+    _adapt_dirs._sweep(tmp_path / "ck")  # that adapt ended without removing it: stale now
+    assert not running.exists()
