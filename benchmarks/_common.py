@@ -223,16 +223,25 @@ def _larger(a: float, b: float) -> float:
     return b if math.isnan(a) or b > a else a
 
 
-def reset_peak_memory(device) -> None:
-    """Start a peak-memory window: CUDA's allocator statistics, or the process's ``VmHWM`` on the CPU."""
+def reset_peak_memory(device) -> bool:
+    """Start a peak-memory window: CUDA's allocator statistics, or the process's ``VmHWM`` on the CPU (``False``
+    where it cannot be reset)."""
     import torch
 
     dev = torch.device(device)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-    else:
-        reset_peak_rss()
+    if dev.type != "cuda":
+        return reset_peak_rss()
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    return True
+
+
+def memory_mib(device) -> float:
+    """Memory in use now: ``memory_allocated`` on CUDA, the process's RSS on the CPU."""
+    import torch
+
+    dev = torch.device(device)
+    return torch.cuda.memory_allocated(dev) / 2**20 if dev.type == "cuda" else rss_mib()
 
 
 def peak_memory_mib(device) -> float:

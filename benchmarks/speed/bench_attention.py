@@ -40,7 +40,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `b
 
 import numpy as np
 
-from benchmarks._common import best_time, fit_exponent, peak_rss_mib, reset_peak_rss, rss_mib, sync, write_csv
+from benchmarks._common import (
+    best_time,
+    fit_exponent,
+    memory_mib,
+    peak_memory_mib,
+    reset_peak_memory,
+    sync,
+    write_csv,
+)
 
 MARK = "@@measure "
 
@@ -101,7 +109,8 @@ def longest_cell(spec: dict) -> dict:
 
     Doubles from ``spec["n"]`` up to ``spec["max_n"]`` and stops at the first length that runs out
     of memory (CUDA) or takes longer than ``spec["max_s"]`` seconds. Returns every length tried
-    with its time and peak memory and the longest that ran (``longest``).
+    with its time and peak memory (CUDA: allocated in all; CPU: above the RSS before the call) and the
+    longest that ran (``longest``).
     """
     import time
 
@@ -119,16 +128,14 @@ def longest_cell(spec: dict) -> dict:
             with torch.inference_mode(), autocast(dev, "bf16" if dev.type == "cuda" else "fp32"):
                 ids = torch.randint(0, enc.config.vocab_size, (1, n), device=dev)
                 vals, mask = torch.rand(1, n, device=dev), torch.ones(1, n, dtype=torch.bool, device=dev)
-                if dev.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(dev)
                 gc.collect()
-                reset_peak_rss()
-                base = rss_mib()
+                reset_peak_memory(dev)
+                base = 0.0 if dev.type == "cuda" else memory_mib(dev)
                 t0 = time.perf_counter()
                 enc(ids, vals, mask)
                 sync(dev)
                 seconds = time.perf_counter() - t0
-            peak = torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else peak_rss_mib() - base
+            peak = peak_memory_mib(dev) - base
         except torch.OutOfMemoryError:
             rows.append({"tokens": n, "seconds": float("nan"), "peak_mib": float("nan"), "fits": False})
             break
@@ -145,7 +152,8 @@ def longest_cell(spec: dict) -> dict:
 
 
 def measure(spec: dict) -> dict:
-    """Child side: peak memory of the first forward, then its best-of-``repeats`` time."""
+    """Child side: peak memory of the first forward above the built inputs (CUDA: ``max_memory_allocated``; CPU:
+    ``VmHWM`` − ``VmRSS``), then its best-of-``repeats`` time (synchronized)."""
     import contextlib
 
     import torch
@@ -159,44 +167,20 @@ def measure(spec: dict) -> dict:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         ctx = sdpa_kernel(SDPBackend.MATH)
-    fn = _workload(spec)
-    if spec.get("device", "cpu").startswith("cuda"):
-        return _measure_cuda(fn, spec, ctx)
+    fn, dev = _workload(spec), torch.device(spec.get("device", "cpu"))
+
+    def call():
+        fn()
+        sync(dev)
+
     with torch.inference_mode(), ctx:
         gc.collect()
-        exact = reset_peak_rss()
-        base = rss_mib()
-        fn()
-        peak = peak_rss_mib() - base
-        seconds = best_time(fn, spec["repeats"])
-    return {
-        "seconds": seconds,
-        "peak_mib": peak,
-        "hwm_reset": exact,
-        "baseline_mib": base,
-        "threads": torch.get_num_threads(),
-    }
-
-
-def _measure_cuda(fn, spec: dict, ctx) -> dict:
-    """:func:`measure` on CUDA: peak = ``max_memory_allocated`` above the inputs; synchronized timings."""
-    import torch
-
-    dev = torch.device(spec["device"])
-    with torch.inference_mode(), ctx:
-        sync(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        base = torch.cuda.memory_allocated(dev)
-        fn()
-        sync(dev)
-        peak = (torch.cuda.max_memory_allocated(dev) - base) / 2**20
-
-        def timed():
-            fn()
-            sync(dev)
-
-        seconds = best_time(timed, spec["repeats"])
-    return {"seconds": seconds, "peak_mib": peak, "hwm_reset": True, "baseline_mib": base / 2**20,
+        exact = reset_peak_memory(dev)
+        base = memory_mib(dev)
+        call()
+        peak = peak_memory_mib(dev) - base
+        seconds = best_time(call, spec["repeats"])
+    return {"seconds": seconds, "peak_mib": peak, "hwm_reset": exact, "baseline_mib": base,
             "threads": torch.get_num_threads()}
 
 
@@ -226,6 +210,70 @@ def _check(label: str, value: float, op: str, target: float) -> str:
     return f"  {label:<44} {value:7.2f}  {op} {target:<5g} {'PASS' if ok else 'MISS'}"
 
 
+def compare_rows(args, d_model: int) -> tuple[list[dict], bool]:
+    """Linear against dense per length, core and (up to ``--max-encoder-len``) encoder, each measured in a child."""
+    base = {"config": args.config, "layers": args.encoder_layers, "repeats": args.repeats, "threads": args.threads,
+            "dense_backend": args.dense_backend, "malloc_reuse": args.malloc_reuse, "device": args.device}
+    rows, exact = [], True
+    for n in args.lengths:
+        row = {"tokens": n}
+        for scope in ["core"] + (["enc"] if n <= args.max_encoder_len else []):
+            for kind in ("linear", "dense"):
+                r = run_child(base | {"n": n, "scope": "core" if scope == "core" else "encoder", "kind": kind})
+                exact &= r["hwm_reset"]
+                row |= {f"{scope}_{kind}_ms": 1e3 * r["seconds"], f"{scope}_{kind}_mib": r["peak_mib"],
+                        "threads": r["threads"]}
+                print(f"  n={n:6d} {scope:>4} {kind:>6}: {1e3 * r['seconds']:10.1f} ms  peak +{r['peak_mib']:8.1f} MiB",
+                      flush=True)
+            row[f"{scope}_speedup"] = row[f"{scope}_dense_ms"] / row[f"{scope}_linear_ms"]
+            row[f"{scope}_mem_ratio"] = row[f"{scope}_dense_mib"] / max(row[f"{scope}_linear_mib"], 1e-9)
+        row |= {k: base[k] for k in ("config", "layers", "dense_backend", "malloc_reuse")}
+        if "enc_linear_ms" in row:
+            row["flop_bound"] = 1 + n / (6 * d_model)
+            row["fraction_of_bound"] = row["enc_speedup"] / row["flop_bound"]
+        rows.append(row)
+    return rows, exact
+
+
+def exponent_rows(df, fit_from: int) -> list[dict]:
+    """Log–log slopes in n of time and memory, per scope and kind, over n ≥ ``fit_from``."""
+    rows = []
+    for scope in ("core", "enc"):
+        for kind in ("linear", "dense"):
+            for what, unit in (("time", "ms"), ("memory", "mib")):
+                col = f"{scope}_{kind}_{unit}"
+                if col in df:
+                    ok = df[col].notna()
+                    rows.append({"scope": scope, "kind": kind, "quantity": what, "fit_from": fit_from,
+                                 "points": int((df.tokens[ok] >= fit_from).sum()),
+                                 "exponent": fit_exponent(df.tokens[ok], df[col][ok], fit_from)})
+    return rows
+
+
+def print_targets(df, ex) -> None:
+    """Issue #7's targets: linear exponents ≤ 1.05, core speed-ups at 4k and 16k, the encoder's FLOP-bound fraction."""
+    def at(col: str, n: int) -> float:
+        hit = df.loc[df.tokens == n, col] if col in df else []
+        return float(hit.iloc[0]) if len(hit) else float("nan")
+
+    def exp_of(scope: str, what: str) -> float:
+        hit = ex[(ex.scope == scope) & (ex.kind == "linear") & (ex.quantity == what)].exponent if len(ex) else []
+        return float(hit.iloc[0]) if len(hit) else float("nan")
+
+    print("\nissue #7 targets:")
+    for scope in ("core", "enc"):
+        for what in ("time", "memory"):
+            print(_check(f"linear {scope} {what} exponent", exp_of(scope, what), "<=", 1.05))
+    print(_check("core speed-up at 4,096", at("core_speedup", 4096), ">=", 4))
+    print(_check("core speed-up at 16,384", at("core_speedup", 16384), ">=", 15))
+    for n in (4096, 16384):
+        print(_check(f"encoder fraction of FLOP bound at {n:,}", at("fraction_of_bound", n), ">=", 0.9))
+
+
+COLS = ["tokens", "core_linear_ms", "core_dense_ms", "core_speedup", "core_linear_mib", "core_dense_mib", "enc_linear_ms",
+        "enc_dense_ms", "enc_speedup", "flop_bound", "fraction_of_bound", "enc_linear_mib", "enc_dense_mib"]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
@@ -235,17 +283,10 @@ def main() -> None:
     p.add_argument("--fit-from", type=int, default=2048, help="fit exponents over n >= this")
     p.add_argument("--repeats", type=int, default=3, help="timed calls per measurement (best is kept)")
     p.add_argument("--threads", type=int, default=0, help="torch threads in each measurement (0: default)")
-    p.add_argument(
-        "--dense-backend",
-        choices=["auto", "math"],
-        default="auto",
-        help="SDPA backend for dense: PyTorch's choice, or the O(n²)-memory math reference",
-    )
-    p.add_argument(
-        "--malloc-reuse",
-        action="store_true",
-        help="measure with glibc's mmap/trim thresholds raised (freed memory reused, no per-call page faults)",
-    )
+    p.add_argument("--dense-backend", choices=["auto", "math"], default="auto",
+                   help="SDPA backend for dense: PyTorch's choice, or the O(n²)-memory math reference")
+    p.add_argument("--malloc-reuse", action="store_true",
+                   help="measure with glibc's mmap/trim thresholds raised (freed memory reused, no per-call page faults)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (CUDA: bf16, peak = max_memory_allocated)")
     p.add_argument("--out", default="bench_attention.csv")
     p.add_argument("--_measure", help=argparse.SUPPRESS)
@@ -259,112 +300,21 @@ def main() -> None:
     from biomjepa.nn import ModelConfig
 
     cfg = ModelConfig.preset(args.config, n_layers=args.encoder_layers)
-    base = {
-        "config": args.config,
-        "layers": args.encoder_layers,
-        "repeats": args.repeats,
-        "threads": args.threads,
-        "dense_backend": args.dense_backend,
-        "malloc_reuse": args.malloc_reuse,
-        "device": args.device,
-    }
-    rows, exact = [], True
-    for n in args.lengths:
-        row = {"tokens": n}
-        scopes = ["core"] + (["enc"] if n <= args.max_encoder_len else [])
-        for scope in scopes:
-            for kind in ("linear", "dense"):
-                spec = base | {"n": n, "scope": "core" if scope == "core" else "encoder", "kind": kind}
-                r = run_child(spec)
-                exact &= r["hwm_reset"]
-                row[f"{scope}_{kind}_ms"] = 1e3 * r["seconds"]
-                row[f"{scope}_{kind}_mib"] = r["peak_mib"]
-                row["threads"] = r["threads"]
-                print(
-                    f"  n={n:6d} {scope:>4} {kind:>6}: {1e3 * r['seconds']:10.1f} ms  peak +{r['peak_mib']:8.1f} MiB",
-                    flush=True,
-                )
-            row[f"{scope}_speedup"] = row[f"{scope}_dense_ms"] / row[f"{scope}_linear_ms"]
-            row[f"{scope}_mem_ratio"] = row[f"{scope}_dense_mib"] / max(row[f"{scope}_linear_mib"], 1e-9)
-        row |= {k: base[k] for k in ("config", "layers", "dense_backend", "malloc_reuse")}
-        if "enc_linear_ms" in row:
-            row["flop_bound"] = 1 + n / (6 * cfg.d_model)
-            row["fraction_of_bound"] = row["enc_speedup"] / row["flop_bound"]
-        rows.append(row)
-
+    rows, exact = compare_rows(args, cfg.d_model)
     df = pd.DataFrame(rows)
-    cols = [
-        "tokens",
-        "core_linear_ms",
-        "core_dense_ms",
-        "core_speedup",
-        "core_linear_mib",
-        "core_dense_mib",
-        "enc_linear_ms",
-        "enc_dense_ms",
-        "enc_speedup",
-        "flop_bound",
-        "fraction_of_bound",
-        "enc_linear_mib",
-        "enc_dense_mib",
-    ]
-    print(
-        f"\n{args.config}: d={cfg.d_model}, {cfg.n_heads} heads × {cfg.d_model // cfg.n_heads}, "
-        f"encoder {args.encoder_layers} layer(s), threads={rows[0]['threads']}, dense SDPA backend={args.dense_backend}, "
-        f"malloc reuse={args.malloc_reuse}; "
-        "time = best of repeats, memory = peak RSS above the built inputs/model (MiB)"
-    )
-    print(df[[c for c in cols if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-
-    ex_rows = []
-    for scope in ("core", "enc"):
-        for kind in ("linear", "dense"):
-            for what, unit in (("time", "ms"), ("memory", "mib")):
-                col = f"{scope}_{kind}_{unit}"
-                if col in df:
-                    ok = df[col].notna()
-                    ex_rows.append(
-                        {
-                            "scope": scope,
-                            "kind": kind,
-                            "quantity": what,
-                            "fit_from": args.fit_from,
-                            "points": int((df.tokens[ok] >= args.fit_from).sum()),
-                            "exponent": fit_exponent(df.tokens[ok], df[col][ok], args.fit_from),
-                        }
-                    )
+    print(f"\n{args.config}: d={cfg.d_model}, {cfg.n_heads} heads × {cfg.d_model // cfg.n_heads}, "
+          f"encoder {args.encoder_layers} layer(s), threads={rows[0]['threads']}, dense SDPA backend={args.dense_backend}, "
+          f"malloc reuse={args.malloc_reuse}; time = best of repeats, memory = peak RSS above the built inputs/model (MiB)")
+    print(df[[c for c in COLS if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    ex_rows = exponent_rows(df, args.fit_from)
     ex = pd.DataFrame(ex_rows)
     print(f"\nfitted exponents (log–log slope in n, n ≥ {args.fit_from}):")
-    print(
-        ex.pivot_table(index=["scope", "kind"], columns="quantity", values="exponent").to_string(
-            float_format=lambda v: f"{v:.3f}"
-        )
-    )
+    print(ex.pivot_table(index=["scope", "kind"], columns="quantity", values="exponent")
+          .to_string(float_format=lambda v: f"{v:.3f}"))
     if not exact:
         print("note: VmHWM could not be reset here; memory peaks are lower bounds from the baseline onward")
-
-    def at(col: str, n: int) -> float:
-        hit = df.loc[df.tokens == n, col] if col in df else []
-        return float(hit.iloc[0]) if len(hit) else float("nan")
-
-    def exp_of(scope: str, kind: str, what: str) -> float:
-        hit = ex[(ex.scope == scope) & (ex.kind == kind) & (ex.quantity == what)].exponent if len(ex) else []
-        return float(hit.iloc[0]) if len(hit) else float("nan")
-
-    print("\nissue #7 targets:")
-    for scope in ("core", "enc"):
-        for what in ("time", "memory"):
-            print(_check(f"linear {scope} {what} exponent", exp_of(scope, "linear", what), "<=", 1.05))
-    print(_check("core speed-up at 4,096", at("core_speedup", 4096), ">=", 4))
-    print(_check("core speed-up at 16,384", at("core_speedup", 16384), ">=", 15))
-    for n in (4096, 16384):
-        print(_check(f"encoder fraction of FLOP bound at {n:,}", at("fraction_of_bound", n), ">=", 0.9))
-    print(
-        "wrote",
-        write_csv(rows, args.out),
-        "and",
-        write_csv(ex_rows, args.out.replace(".csv", "_exponents.csv")),
-    )
+    print_targets(df, ex)
+    print("wrote", write_csv(rows, args.out), "and", write_csv(ex_rows, args.out.replace(".csv", "_exponents.csv")))
 
 
 if __name__ == "__main__":
