@@ -294,6 +294,19 @@ def test_stage_parts_reassemble(tmp_path):
         assert b"".join(p.read_bytes() for p in parts) == f.read_bytes()
 
 
+def test_atlas_rows_carry_the_wall_time_and_the_rate():
+    """``bench_atlas``'s row of a run holds its wall time and cells/s (a comment once swallowed both keys)."""
+    from benchmarks.speed.bench_atlas import _row
+
+    res = {"wall_s": 20.0, "ranks": [{"rank": "1", "cells": "300", "embed_s": "12.0", "peak_rss_mib": "700"},
+                                     {"rank": "0", "cells": "500", "embed_s": "15.0", "peak_rss_mib": "800"}]}
+    row = _row("2 process(es)", 2, argparse.Namespace(cells=800, files=2, block_rows=100), res)
+    assert row["wall_s"] == 20.0 and row["cells_per_s_wall"] == 40.0 and row["cells_embedded"] == 800
+    assert row["startup_overhead_s"] == 5.0 and row["peak_rss_mib_per_rank"] == "800;700"
+    assert list(row)[:8] == ["mode", "nproc", "cells_total", "files", "block_rows", "cells_embedded", "wall_s",
+                             "cells_per_s_wall"]  # the columns of results/bench_atlas.csv
+
+
 # benchmarks/evaluation/adapt_vs_scvi.py: its pure helpers on synthetic numbers (no adapt, no scVI, no data)
 
 def _adapt_vs_scvi_row(rep: str, seconds: float, f1: float, ari: float) -> dict:

@@ -136,7 +136,8 @@ def _row(mode: str, nproc: int, args, res: dict) -> dict:
     embed_s = max((float(r["embed_s"]) for r in ranks), default=float("nan"))
     return {
         "mode": mode, "nproc": nproc, "cells_total": args.cells, "files": args.files, "block_rows": args.block_rows,
-        "cells_embedded": cells,  # overwritten for the killed run (exact when blocks are full) "wall_s": res["wall_s"], "cells_per_s_wall": cells / res["wall_s"],
+        "cells_embedded": cells,  # overwritten for the killed run (exact when blocks are full)
+        "wall_s": res["wall_s"], "cells_per_s_wall": cells / res["wall_s"],
         "embed_s_max_rank": embed_s, "startup_overhead_s": res["wall_s"] - embed_s,
         "peak_rss_mib_per_rank": ";".join(r["peak_rss_mib"] for r in sorted(ranks, key=lambda r: r["rank"])),
         "cpu_count": os.cpu_count(), "load_avg_1m_at_end": os.getloadavg()[0],
