@@ -307,6 +307,27 @@ def test_atlas_rows_carry_the_wall_time_and_the_rate():
                              "cells_per_s_wall"]  # the columns of results/bench_atlas.csv
 
 
+def test_stage_restores_an_h5ad_uncompressed_with_nan_values(tmp_path):
+    """The staged copy holds the same datasets and attributes, uncompressed; a NaN in a column is equal to itself
+    (the check once refused such a file), and a changed value is caught."""
+    import anndata as ad
+    import h5py
+    from benchmarks.gpu.gpu_stage import assert_same, restore_uncompressed
+    from scipy import sparse
+
+    obs = pd.DataFrame({"t": pd.Categorical(list("ab") * 10), "x": [np.nan, 1.0] * 10}, index=[f"c{i}" for i in range(20)])
+    ad.AnnData(sparse.random(20, 30, density=0.3, format="csr", dtype=np.float32, random_state=0),
+               obs=obs).write_h5ad(tmp_path / "a.h5ad", compression="gzip")
+    restore_uncompressed(tmp_path / "a.h5ad", tmp_path / "b.h5ad")
+    with h5py.File(tmp_path / "b.h5ad") as b:
+        assert b["X/data"].compression is None
+    assert ad.read_h5ad(tmp_path / "b.h5ad").obs.equals(ad.read_h5ad(tmp_path / "a.h5ad").obs)
+    with h5py.File(tmp_path / "b.h5ad", "a") as b:
+        b["X/data"][0] += 1
+    with pytest.raises(AssertionError, match="X/data"):
+        assert_same(tmp_path / "a.h5ad", tmp_path / "b.h5ad")
+
+
 # benchmarks/evaluation/adapt_vs_scvi.py: its pure helpers on synthetic numbers (no adapt, no scVI, no data)
 
 def _adapt_vs_scvi_row(rep: str, seconds: float, f1: float, ari: float) -> dict:

@@ -81,36 +81,40 @@ def restore_uncompressed(src: Path, dst: Path) -> None:
         copy(a, b, refs)
         for holder, key, target in refs:
             b[holder].attrs[key] = b[target].ref
+    assert_same(src, dst)
+
+
+def assert_same(src: Path, dst: Path) -> None:
+    """The two HDF5 files hold the same datasets and attributes: paths, dtypes and values (NaN equal to NaN)."""
+    import h5py
+    import numpy as np
+
     with h5py.File(src, "r") as a, h5py.File(dst, "r") as b:
-        _same(a, b, src)
+        mine, theirs = _contents(a), _contents(b)
+    assert mine.keys() == theirs.keys(), f"{src}: other objects"
+    for name, (dtype, value) in mine.items():
+        other = theirs[name]
+        assert dtype == other[0] and np.array_equal(value, other[1], equal_nan=dtype.kind == "f"), f"{src}:{name}"
 
 
-def _same(a, b, src: Path) -> None:
-    """Same keys, attributes (references compared by the path they point at), dtypes and values, recursively."""
+def _contents(f) -> dict:
+    """``{path: (dtype, value)}`` of every dataset and attribute of an HDF5 file (``path@attr``; a reference as the
+    path it points at)."""
     import h5py
     import numpy as np
 
-    assert set(a.keys()) == set(b.keys()), f"{src}:{a.name}"
-    _same_attrs(a, b, src)
-    for name, obj in a.items():
-        if isinstance(obj, h5py.Group):
-            _same(obj, b[name], src)
-        else:
-            assert obj.dtype == b[name].dtype and np.array_equal(obj[()], b[name][()]), f"{src}:{obj.name} differs"
-            _same_attrs(obj, b[name], src)
+    out = {}
 
+    def visit(name: str, obj) -> None:
+        for k, v in obj.attrs.items():
+            v = np.asarray(f[v].name if isinstance(v, h5py.Reference) else v)
+            out[f"{name}@{k}"] = (v.dtype, v)
+        if isinstance(obj, h5py.Dataset):
+            out[name] = (obj.dtype, obj[()])
 
-def _same_attrs(a, b, src: Path) -> None:
-    import h5py
-    import numpy as np
-
-    assert set(a.attrs.keys()) == set(b.attrs.keys()), f"{src}:{a.name}"
-    for k, v in a.attrs.items():
-        w = b.attrs[k]
-        if isinstance(v, h5py.Reference):
-            assert a.file[v].name == b.file[w].name, f"{src}:{a.name}@{k}"
-        else:
-            assert np.array_equal(np.asarray(v), np.asarray(w)), f"{src}:{a.name}@{k}"
+    visit("/", f)
+    f.visititems(visit)
+    return out
 
 
 def pack_data(files: list[str], out: Path) -> None:
