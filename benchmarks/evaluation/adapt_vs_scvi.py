@@ -103,14 +103,20 @@ PCA_COMPS = (50,)
 
 # --- the representations, each timed --------------------------------------------------------------------------------
 
-def zero_shot(a, kind: str, mapping: dict | None = None, checkpoint: str | None = None) -> tuple[np.ndarray, dict]:
-    """The base checkpoint's embedding (``map_vocab`` + ``embed``) and its wall time."""
+def clocked(fn, **extra) -> tuple[np.ndarray, dict]:
+    """The representation ``fn()`` returns and its wall time (``seconds``), ``extra`` beside it."""
+    t0 = time.perf_counter()
+    Z = fn()
+    return Z, {"seconds": time.perf_counter() - t0, **extra}
+
+
+def zero_shot(a, kind: str, mapping: dict | None = None, checkpoint: str | None = None) -> np.ndarray:
+    """The base checkpoint's embedding (``map_vocab`` + ``embed``)."""
     import biomjepa as bj
 
-    t0 = time.perf_counter()
     bj.pp.map_vocab(a, **(mapping or {}))
     bj.tl.embed(a, checkpoint=checkpoint, input=kind)
-    return a.obsm["X_biomjepa"].copy(), {"seconds": time.perf_counter() - t0}
+    return a.obsm["X_biomjepa"].copy()
 
 
 def adapted(a, kind: str, steps: int | None, seed: int = 0, checkpoint: str | None = None,
@@ -157,30 +163,13 @@ def scvi_default_epochs(n_cells: int) -> int:
     return int(min(400, round(400 * 20_000 / n_cells)))
 
 
-def scvi_latent(a, kind: str, epochs: int | None) -> tuple[np.ndarray, dict]:
-    """scVI's latent mean through ``bj.bench.add_baselines`` (HVGs, training, inference) and its wall time."""
+def scvi_latent(a, kind: str, epochs: int | None) -> np.ndarray:
+    """scVI's latent mean through ``bj.bench.add_baselines`` (HVGs, training, inference)."""
     import biomjepa as bj
     from biomjepa.bench.baselines import BASELINE_KEYS
 
-    t0 = time.perf_counter()
     bj.bench.add_baselines(a, ["scvi"], input=kind, scvi_max_epochs=epochs)
-    seconds = time.perf_counter() - t0
-    return a.obsm[BASELINE_KEYS["scvi"]], {"seconds": seconds,
-                                           "scvi_max_epochs": epochs or scvi_default_epochs(a.n_obs)}
-
-
-def pca_path(a) -> tuple[np.ndarray, dict]:
-    """Scanpy's standard path (PCA-50 of 2,000 HVGs) and its wall time."""
-    t0 = time.perf_counter()
-    Z = protocol.standard_path(a, lognorm=False)
-    return Z, {"seconds": time.perf_counter() - t0}
-
-
-def depth_only(a) -> tuple[np.ndarray, dict]:
-    """The trivial baseline: log library size and log detected genes."""
-    t0 = time.perf_counter()
-    key = protocol.add_depth(a)
-    return a.obsm[key], {"seconds": time.perf_counter() - t0}
+    return a.obsm[BASELINE_KEYS["scvi"]]
 
 
 # --- issue 56 item 2: each readout an adapted checkpoint could export -----------------------------------------------
@@ -315,7 +304,7 @@ def run_set(name: str, steps: int | None, scvi_epochs: int | None, *, seeds=(0,)
               "base_checkpoint": str(checkpoint or bj.settings.checkpoint)}
     timed = []  # (representation, embedding, extra), computed in this order
     if ZERO_SHOT in baselines:
-        timed.append((ZERO_SHOT, *zero_shot(a, kind, mapping, checkpoint)))  # maps the genes (adapt reads them)
+        timed.append((ZERO_SHOT, *clocked(lambda: zero_shot(a, kind, mapping, checkpoint))))  # maps the genes too
     else:
         bj.pp.map_vocab(a, **mapping)  # untimed: adapt's clock never held the mapping
     if adapted_dirs:
@@ -325,11 +314,12 @@ def run_set(name: str, steps: int | None, scvi_epochs: int | None, *, seeds=(0,)
             out = None if keep is None else keep / f"{name}_seed{seed}"
             timed.append((ADAPT, *adapted(a, kind, steps, seed, checkpoint, out, mapping.get("species", "human"))))
     if SCVI in baselines:
-        timed.append((SCVI, *scvi_latent(a, kind, scvi_epochs)))
+        timed.append((SCVI, *clocked(lambda: scvi_latent(a, kind, scvi_epochs),
+                                     scvi_max_epochs=scvi_epochs or scvi_default_epochs(a.n_obs))))
     if PCA in baselines:
-        timed.append((PCA, *pca_path(a)))
+        timed.append((PCA, *clocked(lambda: protocol.standard_path(a, lognorm=False))))  # scanpy's PCA-50 path
     if DEPTH in baselines:
-        timed.append((DEPTH, *depth_only(a)))
+        timed.append((DEPTH, *clocked(lambda: a.obsm[protocol.add_depth(a)])))  # log library size, log genes
     y = labels[keep_rows]
     rows = []
     for rep, Z, extra in timed:

@@ -179,19 +179,10 @@ def _report(s, run: Path, start: int, batch: int, wall: float) -> None:
 
 
 def _export(s, run: Path, out: Path, pooling: str) -> None:
-    """``scripts/export_bundled.py RUN --out DIR`` (bf16 teacher); the same export in-process if it lacks ``--out``."""
+    """``scripts/export_bundled.py RUN --out DIR`` (the bundled format: bf16 teacher), from the same checkout."""
     shutil.rmtree(out, ignore_errors=True)
-    rc, text = s.run([sys.executable, str(REPO / "scripts" / "export_bundled.py"), str(run), "--out", str(out),
-                      "--pooling", pooling, "--version", "gpu-suite"], env=s.env(), check=False)
-    if rc != 0 and "unrecognized arguments" in text:
-        import torch
-
-        from biomjepa.train import export
-
-        s.log.info("export_bundled.py has no --out here: the same export (teacher, bf16) in-process")
-        export(run, out, which="teacher", dtype=torch.bfloat16, pooling=pooling)
-    elif rc != 0:
-        raise RuntimeError(f"export_bundled.py failed ({rc})")
+    s.run([sys.executable, str(REPO / "scripts" / "export_bundled.py"), str(run), "--out", str(out),
+           "--pooling", pooling, "--version", "gpu-suite"], env=s.env())
 
 
 def _archive(s, export: Path, run: Path) -> None:

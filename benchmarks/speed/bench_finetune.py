@@ -128,6 +128,7 @@ def run_api(adata, batch: int, device: str = "cpu") -> dict:
 
 
 def main() -> None:
+    import pandas as pd
     import torch
 
     from biomjepa.data.stream import gather
@@ -165,18 +166,9 @@ def main() -> None:
     data = "baron" + (f"-{args.genes}genes" if args.genes else "")
     for r in rows:
         r.update(device=args.device, machine=machine, data=data, weights="random-init")
-    print(
-        f"Partial fine-tuning throughput on {data} ({len(cells)} cells, {args.device}, {machine}); random-init weights"
-    )
-    print(
-        f"{'config':<32}{'train c/s':>11}{'held-out c/s':>14}{'GFLOP/s':>10}{'tokens/cell':>13}{'trainable':>12}"
-    )
-    for r in rows:
-        print(
-            f"{r['config']:<32}{r['train_cells_per_s']:>11.2f}{r['heldout_cells_per_s']:>14.2f}"
-            f"{r.get('train_gflops_per_s', float('nan')):>10.1f}{r.get('tokens_per_cell', float('nan')):>13.0f}"
-            f"{r['trainable_total']:>12,}"
-        )
+    print(f"Partial fine-tuning throughput on {data} ({len(cells)} cells, {args.device}, {machine}); random-init weights")
+    cols = ["config", "train_cells_per_s", "heldout_cells_per_s", "train_gflops_per_s", "tokens_per_cell", "trainable_total"]
+    print(pd.DataFrame(rows).reindex(columns=cols).round(2).to_string(index=False))
     print(f"paper (A100, bf16, hPancreas): {PAPER_TRAIN_CELLS_PER_S} train cells/s")
     print("wrote", write_csv(rows, f"bench_finetune_{data}.csv"))
 
