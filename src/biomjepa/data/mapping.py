@@ -13,8 +13,6 @@ from __future__ import annotations
 import logging
 import warnings
 
-import numpy as np
-
 from .._keys import TOKEN_KEY, UNS_KEY
 
 logger = logging.getLogger(__name__)
@@ -82,8 +80,10 @@ def missing_hint(adata) -> str:
 
 def _looking_mapped(adata) -> list[str]:
     """``var`` columns (not the default one) of integers whose smallest value is −1, map_vocab's "unmapped"."""
+    from pandas.api.types import is_integer_dtype  # categorical and object columns are not integers
+
     var = adata.var
-    return [str(c) for c in var.columns if c != TOKEN_KEY and np.issubdtype(var[c].dtype, np.integer)
+    return [str(c) for c in var.columns if c != TOKEN_KEY and is_integer_dtype(var[c].dtype)
             and len(var) and int(var[c].min()) == -1]
 
 
