@@ -135,3 +135,16 @@ def _check_whiten(w, dim: int, where: str) -> None:
     a = a.astype(np.float64)
     if not np.isfinite(a).all() or np.abs(a).max() > np.finfo(np.float32).max:
         raise ValueError(f"{where}.whiten holds a non-finite value or one beyond float32's range.")
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by this function's caller point at the first frame outside
+    biomjepa (the user's line), however deep inside the package it is raised."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import user_stacklevel
 from .._keys import TOKEN_KEY
 
 
@@ -31,6 +32,7 @@ class RawCounts:
     """
 
     where = "raw.X"  # how errors name the matrix
+    reads_raw = True  # what biomjepa.data.mapping looks for (it does not import this module)
 
     def __init__(self, adata) -> None:
         self._adata = adata
@@ -211,16 +213,3 @@ def check_report_current(adata, token: np.ndarray, token_key: str = TOKEN_KEY) -
     )
     if coverage < PANEL_COVERAGE <= report.get("vocab_coverage", 0.0):
         warn_panel(n_tokens, coverage, stacklevel=level)
-
-
-def user_stacklevel() -> int:
-    """The ``stacklevel`` that makes a warning raised by this function's caller point at the first frame outside
-    biomjepa (the user's line), however deep inside the package it is raised."""
-    import os
-    import sys
-
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level

@@ -90,11 +90,9 @@ def _looking_mapped(adata) -> list[str]:
 def _base(adata):
     """``(the AnnData behind a reader's view, whether its .raw is read)``: through :class:`RawCounts` and the
     log-normalized and read-count views (``_inner``)."""
-    from .anndata_source import RawCounts
-
     raw = False
     for _ in range(4):
-        if isinstance(adata, RawCounts):
+        if getattr(adata, "reads_raw", False) is True:
             adata, raw = adata._adata, True
         elif "_inner" in getattr(adata, "__dict__", {}):
             adata = adata.__dict__["_inner"]
@@ -108,6 +106,6 @@ def _where(adata) -> str:
 
 
 def _stacklevel() -> int:
-    from .anndata_source import user_stacklevel
+    from .._checks import user_stacklevel
 
     return user_stacklevel() - 1  # this helper's own frame
