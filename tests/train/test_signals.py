@@ -165,3 +165,56 @@ def test_a_finished_run_is_exported(monkeypatch, tmp_path):
     assert exported == [(run_dir, str(tmp_path / "model"))]
     with pytest.raises(Stopped):
         run_train(build_train_parser(), "tiny", ["steps=9"], None, False)
+
+
+@pytest.mark.slow
+def test_a_signal_to_the_whole_process_group_stops_a_run_with_loader_workers(tmp_path):
+    """``pkill -f``, Ctrl-C in a terminal, ``kill -- -PGID``, ``scancel`` signal the loader's workers too (issue 57):
+    they leave the stop to the main process, which finishes its step, saves, exits 143 and resumes."""
+    cfg = tiny_config(tmp_path, run_name="group", steps=100_000, checkpoint_every=100_000, num_workers=1)
+    cfg.to_yaml(tmp_path / "run.yaml")
+    run_dir = tmp_path / "runs" / "group"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "biomjepa.train", str(tmp_path / "run.yaml")]
+    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True,  # its own process group, as a batch job's
+                             preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGINT)])
+    deadline = time.monotonic() + 240
+    while _rows(run_dir / "log.csv") < 3 and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert child.poll() is None, child.communicate()
+    os.killpg(child.pid, signal.SIGTERM)  # the main process and its loader worker
+    out, err = child.communicate(timeout=240)
+    assert child.returncode == 143, err
+    assert out.strip() == str(run_dir)
+    assert "DataLoader worker" not in err and "Traceback" not in err, err
+    steps = _rows(run_dir / "log.csv")
+    said = [line for line in err.splitlines() if line.startswith("python -m biomjepa.train: ")]
+    assert len(said) == 1 and said[0].startswith(f"python -m biomjepa.train: stopped on SIGTERM after step {steps} "), err
+    assert load_state(latest_state(run_dir))["step"] == steps >= 3
+    resumed = subprocess.run([*command, "--set", f"stop_at={steps + 1}"], env=env,
+                             capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_state(latest_state(run_dir))["step"] == steps + 1
+
+
+def test_loader_workers_leave_sigterm_and_sigint_to_the_main_process(tmp_path, known_dispositions):
+    """In a worker of the training loader SIGTERM and SIGINT are ignored; the main process keeps its handlers."""
+    import biomjepa.train.loop as loop
+    from biomjepa.train.config import load_config
+
+    trainer = loop.Trainer(load_config(tiny_config(tmp_path, num_workers=1)), loop.init_distributed("cpu"))
+    try:
+        loader = trainer.batches()
+        worker = loader._workers[0]
+        next(loader)
+        os.kill(worker.pid, signal.SIGTERM)
+        os.kill(worker.pid, signal.SIGINT)
+        for _ in range(3):
+            next(loader)  # torch's check of its workers raises here had the worker died
+        assert worker.is_alive()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the main process: as it was
+        loader._shutdown_workers()  # the way the loader ends its workers still ends them
+        assert not worker.is_alive()
+    finally:
+        loop.unlock_run_dir(trainer.run_dir)

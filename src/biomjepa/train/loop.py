@@ -39,7 +39,7 @@ from .ema import ema_update, make_teacher
 from .health import DIAG_FIELDS, LearningHealth, effective_rank
 from .jepa import JEPA
 from .objectives import compute_objective
-from .prepare import InputPreparer, PreparedStream
+from .prepare import InputPreparer, PreparedStream, leave_stops_to_main
 from .resume import check_resume, check_resume_corpus, inputs_record, record_changes
 from .runlock import lock_run_dir, unlock_run_dir
 from .running import KINDS, RunningTargets
@@ -236,7 +236,7 @@ class Trainer:
         gen = torch.Generator().manual_seed(seed)
         extra = {"prefetch_factor": 4} if cfg.num_workers else {}
         loader = torch.utils.data.DataLoader(prepared, batch_size=None, num_workers=cfg.num_workers, generator=gen,
-                                             **extra)
+                                             worker_init_fn=leave_stops_to_main, **extra)
         return iter(loader)
 
     def run(self) -> Path:

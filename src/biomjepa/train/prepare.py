@@ -9,10 +9,15 @@ consumes (counted from the run's start, resumes included) is prepared with ``ste
 ``micro = j % accumulation`` whatever the worker that prepares it: the same cells at the same position get the
 same blocks in a worker as in the main process. (Which cells make up the ``j``-th batch depends on the number of
 workers, as it always has: :class:`~biomjepa.data.shards.ShardStream` deals the corpus to (rank, worker) units.)
+
+The workers leave SIGTERM and SIGINT to the main process (:func:`leave_stops_to_main`): a stop sent to the whole
+process group (``pkill -f``, Ctrl-C in a terminal, ``kill -- -PGID``, ``scancel``) reaches them too, and a worker
+killed by it would make torch raise in the main process before it could save (issue 57).
 """
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +56,17 @@ class InputPreparer:
         inputs = build_inputs(cells, sample, self.vocab_size, objective=self.objective, token_cap=self.token_cap,
                               rng=rng, whole=batch.cells, student_cells=thinned)
         return inputs, batch.ids
+
+
+def leave_stops_to_main(worker_id: int) -> None:
+    """``worker_init_fn`` of the training loader: SIGTERM and SIGINT are ignored in its workers.
+
+    The main process stops the run (:class:`~biomjepa.train.signals.GracefulStop`: it finishes the step, saves,
+    then ends the loader, whose workers exit when told to); a worker whose main process dies exits by itself
+    (torch's ``ManagerWatchdog`` sees its parent change). SIGKILL still ends a worker at once.
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class PreparedStream(torch.utils.data.IterableDataset):
