@@ -29,7 +29,8 @@ examples:
   python -c "from biomjepa.embed import read_atlas; print(read_atlas('atlas.zarr'))"
 
 exit codes: 0 success, 1 error while running (message on stderr), 2 usage error (bad arguments,
-missing or non-h5ad inputs, unwritable store)
+missing or non-h5ad inputs, unwritable store); 130/143 stopped by SIGINT/SIGTERM (one line says what the store
+holds; the same command resumes it)
 """
 
 
@@ -121,7 +122,38 @@ def main(argv: list[str] | None = None, prog: str = "biomjepa embed") -> int:
 
 
 def run_atlas(args: argparse.Namespace) -> None:
-    """Embed ``args.inputs`` into ``args.store`` on this rank (:func:`biomjepa.embed.embed_atlas`), print a summary."""
+    """Embed ``args.inputs`` into ``args.store`` on this rank (:func:`biomjepa.embed.embed_atlas`), print a summary.
+    A stop signal ends it with one line saying what the store holds (:func:`stop_left`; the store's lock is given
+    back and its lock file removed first), exit code 143 (SIGTERM) or 130 (SIGINT) (:func:`~.outputs.writing`)."""
+    from .outputs import writing
+
+    with writing(None, lambda written: stop_left(args.store, args.write_obsm)):
+        _run_atlas(args)
+
+
+def stop_left(store: str, write_obsm: bool = False) -> str:
+    """What a stopped atlas command left in ``store``, and that running it again resumes it (blocks are written
+    whole under a stop signal; a half-created store is created again)."""
+    from ..embed.store import AtlasStore
+
+    again = "running the same command again"
+    try:
+        if AtlasStore.state(store) != "ready":
+            return f"nothing was embedded into {store} yet; {again} starts it."
+        st = AtlasStore(store)
+        done = sum(int(st.done(i["name"]).sum()) for i in st.manifest["inputs"])
+        total = sum(len(st.bounds(i["name"])) for i in st.manifest["inputs"])
+        complete, obsm = st.root.attrs.get("complete", False), st.root.attrs.get("obsm_written", False)
+    except Exception:  # unreadable now: the next run verifies every block it would skip
+        return f"{store} keeps the blocks written so far; {again} resumes it."
+    if not complete:
+        return f"{store} holds {done} of {total} blocks, each written whole; {again} resumes it from there."
+    if write_obsm and not obsm:
+        return f"{store} is complete but obsm is not written into every input; {again} writes it."
+    return f"{store} is complete."
+
+
+def _run_atlas(args: argparse.Namespace) -> None:
     from ..embed.run import embed_atlas
 
     out = embed_atlas(args.inputs, args.store, checkpoint=args.checkpoint, block_rows=args.block_rows,

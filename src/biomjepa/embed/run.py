@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._stops import stops_held
 from .inputs import AtlasInput, check_read_args, input_source, open_input, resolve_inputs
 from .store import FORMAT, AtlasStore, lock_store, manifest_differences
 
@@ -276,7 +277,8 @@ def _my_blocks(st: AtlasStore, rank: int, world: int) -> tuple[list[tuple[str, i
 
 
 def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, read_kw, precision) -> int:
-    """Embed and write the blocks ``todo``; returns the number of cells embedded."""
+    """Embed and write the blocks ``todo``; returns the number of cells embedded. A stop signal waits
+    until the block being written is written whole (:func:`~biomjepa._stops.stops_held`)."""
     from tqdm.auto import tqdm
 
     from .._progress import interactive
@@ -307,7 +309,8 @@ def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, re
                 n_genes[sl] = tok.lengths
         except ValueError as err:  # the counts of this input refused: say which file
             raise ValueError(f"{by_name[name].path}: {err}") from None
-        st.write_block(name, block, Z, n_genes, opened[name].obs_names[a:b].to_numpy())
+        with stops_held():  # so a stop leaves whole blocks only, and no write of zarr's still under way
+            st.write_block(name, block, Z, n_genes, opened[name].obs_names[a:b].to_numpy())
         cells += b - a
         bar.update(b - a)
         logger.info("rank %d: %s block %d (rows %d..%d) written", rank, name, block, a, b)
@@ -344,7 +347,8 @@ def _finish(st: AtlasStore, inps: list[AtlasInput], *, wait_timeout: float | Non
         time.sleep(1.0)
     _check_unchanged(inps)
     if not st.root.attrs.get("complete", False):
-        st.mark_complete(completed=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        with stops_held():
+            st.mark_complete(completed=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
 
 def _check_unchanged(inps: list[AtlasInput]) -> None:
