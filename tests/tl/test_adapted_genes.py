@@ -85,3 +85,26 @@ def test_adapt_records_the_genes_its_cells_detected(tmp_path, tiny_checkpoint, m
     mask = adapted_mask(bj.load_model(str(tmp_path / "ck")).info)
     assert np.array_equal(np.flatnonzero(mask), np.delete(np.arange(250), 100))
     assert KEY not in adata.uns["biomjepa"]["adapt"]  # in the checkpoint, not copied into uns
+
+
+def test_the_atlas_command_warns_once_with_the_share_over_every_cell_it_embedded(adapted, tmp_path, capsys):
+    from biomjepa.cli.atlas import main
+    from biomjepa.embed import embed_atlas
+
+    inside, outside = cells(30, slice(0, 300), seed=1), cells(10, slice(200, 400), seed=2)
+    inside.write_h5ad(tmp_path / "a.h5ad")
+    outside.write_h5ad(tmp_path / "b.h5ad")
+    inputs = [str(tmp_path / "a.h5ad"), str(tmp_path / "b.h5ad")]
+    X = np.vstack([inside.X.toarray(), outside.X.toarray()])
+    with pytest.warns(UserWarning, match=r"embed_atlas: \d+\.\d% of these cells' counts .* fall on 100 genes") as rec:
+        embed_atlas(inputs, tmp_path / "s.zarr", checkpoint=adapted, block_rows=8, device="cpu", rank=0, world=1)
+    said = [str(w.message) for w in rec if "never detected" in str(w.message)]
+    assert len(said) == 1  # once, for the whole command, not per block or per input
+    share = float(said[0].split(": ", 1)[1].split("%")[0]) / 100
+    assert share == pytest.approx(X[:, 300:].sum() / X.sum(), abs=1e-3)
+    assert main([*inputs, "--store", str(tmp_path / "t.zarr"), "--checkpoint", adapted, "--device", "cpu"]) == 0
+    assert capsys.readouterr().err.count("biomjepa embed: warning: embed_atlas: ") == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", "The input measures only", UserWarning)
+        embed_atlas(inputs[:1], tmp_path / "u.zarr", checkpoint=adapted, block_rows=8, device="cpu", rank=0, world=1)

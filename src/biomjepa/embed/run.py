@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .._stops import stops_held
+from ..data.adapted_genes import OutsideShare
 from .inputs import AtlasInput, check_read_args, input_source, open_input, resolve_inputs
 from .store import FORMAT, AtlasStore, lock_store, manifest_differences
 
@@ -123,6 +124,13 @@ def embed_atlas(
     ------
     biomjepa._files.LockBusy
         Another command holds the store (rank 0 holds its lock while it runs); names that process.
+
+    Warns
+    -----
+    UserWarning
+        An adapted checkpoint (its ``provenance.adapted_genes``): more than 5 % of the counts of the cells this call
+        embedded fall on genes its adaptation never detected (:mod:`biomjepa.data.adapted_genes`); said once, at
+        the end, with the share.
     """
     from .._device import resolve_device, resolve_precision
     from .._pretrained import load_model
@@ -277,8 +285,10 @@ def _my_blocks(st: AtlasStore, rank: int, world: int) -> tuple[list[tuple[str, i
 
 
 def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, read_kw, precision) -> int:
-    """Embed and write the blocks ``todo``; returns the number of cells embedded. A stop signal waits
-    until the block being written is written whole (:func:`~biomjepa._stops.stops_held`)."""
+    """Embed and write the blocks ``todo``; returns the number of cells embedded. An adapted checkpoint's warning
+    about genes outside its adaptation comes once, at the end, over these cells (:class:`~biomjepa.data.adapted_genes.
+    OutsideShare`: blocks written before are not read again); a stop signal waits until the block being written is
+    written whole (:func:`~biomjepa._stops.stops_held`)."""
     from tqdm.auto import tqdm
 
     from .._progress import interactive
@@ -287,6 +297,7 @@ def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, re
     from ..nn.inference import embed_cells
 
     by_name = {i.name: i for i in inps}
+    watch = OutsideShare.of(model)  # an adapted checkpoint: how much of these cells it never learnt
     fail_after = _fail_after(rank)
     opened: dict[str, object] = {}
     cells = 0
@@ -307,6 +318,8 @@ def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, re
                 Z[sl] = embed_cells(model, tok, batch_size=batch_size, device=device, max_tokens=settings.max_batch_tokens,
                                     precision=precision)
                 n_genes[sl] = tok.lengths
+                if watch is not None:
+                    watch.add(tok)
         except ValueError as err:  # the counts of this input refused: say which file
             raise ValueError(f"{by_name[name].path}: {err}") from None
         with stops_held():  # so a stop leaves whole blocks only, and no write of zarr's still under way
@@ -318,6 +331,8 @@ def _embed_blocks(st, todo, model, inps, *, rank, map_kw, batch_size, device, re
             raise RuntimeError(f"rank {rank}: stopping after {k + 1} blocks ({FAIL_ENV} testing hook)")
     bar.close()
     _close(opened)
+    if watch is not None:
+        watch.warn(model.info.get("name", "unnamed"), tool="embed_atlas")
     return cells
 
 
