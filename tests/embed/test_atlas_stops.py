@@ -57,8 +57,11 @@ def uninterrupted(atlas_inputs, tiny_checkpoint, tmp_path_factory) -> dict[str, 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_a_stopped_atlas_command_says_what_the_store_holds_and_resumes(sig, atlas_inputs, tiny_checkpoint,
-                                                                      uninterrupted, tmp_path, capsys):
+                                                                      uninterrupted, tmp_path, capsys, monkeypatch):
+    from biomjepa._settings import settings
     from biomjepa.cli.atlas import main
+
+    monkeypatch.setattr(settings, "progress", settings.progress)  # the in-process --no-progress below is put back
 
     store = tmp_path / "s.zarr"
     argv = [*atlas_inputs, "--store", str(store), "--checkpoint", tiny_checkpoint, "--block-rows", "64",
