@@ -426,7 +426,7 @@ def test_refuses_an_existing_checkpoint_directory(tmp_path, base):
 def test_default_steps_scale_with_the_cells():
     from biomjepa.tl._adapt import default_steps
 
-    assert default_steps(200) == 100 and default_steps(1074) == 101 and default_steps(10**6) == 1000
+    assert default_steps(200) == 40 and default_steps(420) == 40 and default_steps(1074) == 101 and default_steps(10**6) == 1000
     assert default_steps(2000) > default_steps(1074)
 
 

@@ -44,7 +44,7 @@ def add_adapt_parser(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--species", default="human", choices=["human", "mouse"],
                    help="species of the gene identifiers (default: human)")
     a.add_argument("--steps", type=positive_int, default=None,
-                   help="training steps of 64 cells (default: 6 passes over the cells, 100-1000 steps)")
+                   help="training steps of 64 cells (default: 6 passes over the cells, 40-1000 steps)")
     a.add_argument("--time-budget", type=positive_seconds, default=None, metavar="SECONDS",
                    help="stop training after this many seconds (default: none)")
     a.add_argument("--seed", type=non_negative_int, default=0, help="training seed (default: 0)")

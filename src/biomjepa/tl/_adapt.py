@@ -42,8 +42,11 @@ MAP_ROWS = 8192  # rows mapped at a time by the adapted checkpoint's readout map
 #: adapt_steps_validation.csv, adapt_vs_scvi_validation_steps100.csv and _v2.csv): mean few-shot F1 of sorted
 #: PBMCs and Darmanis brain 0.776 at 50 steps, 0.777 at 75, 0.780 at 100, 0.779 at 150; mean Leiden ARI 0.829,
 #: 0.843, 0.836, 0.802. 100 steps has the best F1, an ARI within 0.007 of the best, and a third less time than 150
-#: (174 s against 257 s on PBMCs)
-EPOCHS, MIN_STEPS, MAX_STEPS = 6, 100, 1000
+#: (174 s against 257 s on PBMCs). The floor was 100 steps until issue 56: on the 420 brain cells 6 passes are 40 steps,
+#: which gave the same F1 (0.904 +- 0.007) and Leiden ARI (0.852 +- 0.047 against 0.846 +- 0.030) as 100 steps over
+#: three seeds, in 32 s instead of 55 s (scVI 22 s; adapt_vs_scvi_brain_steps40_v0.4.csv against
+#: adapt_vs_scvi_three_tissues_v0.4.csv); only sets under 1,067 cells see the floor
+EPOCHS, MIN_STEPS, MAX_STEPS = 6, 40, 1000
 
 
 def default_steps(n_cells: int, batch_size: int = 64) -> int:
@@ -109,7 +112,7 @@ def adapt(
     species
         Species of the genes, used only when they are not mapped yet (see :func:`biomjepa.pp.map_vocab`).
     steps
-        Training steps of 64 cells; default :func:`default_steps` (6 passes over the cells, 100–1,000 steps).
+        Training steps of 64 cells; default :func:`default_steps` (6 passes over the cells, 40–1,000 steps).
     time_budget
         Stop training after the first step that ends this many seconds after the call began (checked after
         every step; the learning-rate schedule stays that of ``steps``); the export and the embedding of the
