@@ -19,25 +19,13 @@ from scipy import sparse
 
 import biomjepa as bj
 from biomjepa.data.vocab import Vocab
-from biomjepa.model import BiomJEPA, checkpoint_sha256, load_checkpoint, save_checkpoint
-from biomjepa.nn import ModelConfig
+from biomjepa.model import checkpoint_sha256, load_checkpoint
 
-pytestmark = pytest.mark.filterwarnings("ignore:The input measures only:UserWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:The input measures only:UserWarning"),
+              pytest.mark.usefixtures("own_cachedir")]  # tests/tl/conftest.py
 N, G = 240, 400
 #: width of an adapted embedding: the ``tiny`` base's d_model 32 × 4, the ``max_top5_mean_wmean`` readout adapt exports
 D = 128
-
-
-@pytest.fixture(autouse=True)
-def own_cachedir(tmp_path_factory, monkeypatch):
-    """Each test's cache (adapt keeps gene graphs there): never the user's, and no graph from another test."""
-    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path_factory.mktemp("cache"))
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> str:
-    torch.manual_seed(0)
-    return str(save_checkpoint(BiomJEPA(ModelConfig.preset("tiny")), tmp_path_factory.mktemp("adapt") / "base"))
 
 
 def cells(n: int = N, seed: int = 0) -> ad.AnnData:

@@ -19,26 +19,13 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from scipy import sparse
 
 import biomjepa as bj
 from biomjepa.data.vocab import Vocab
-from biomjepa.model import BiomJEPA, save_checkpoint
-from biomjepa.nn import ModelConfig
 
-pytestmark = pytest.mark.filterwarnings("ignore:The input measures only:UserWarning")
-
-
-@pytest.fixture(autouse=True)
-def own_cachedir(tmp_path_factory, monkeypatch):
-    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path_factory.mktemp("cache"))
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> str:
-    torch.manual_seed(0)
-    return str(save_checkpoint(BiomJEPA(ModelConfig.preset("tiny")), tmp_path_factory.mktemp("adapt") / "base"))
+pytestmark = [pytest.mark.filterwarnings("ignore:The input measures only:UserWarning"),
+              pytest.mark.usefixtures("own_cachedir")]  # tests/tl/conftest.py
 
 
 def cells(n: int = 240, genes: int = 300) -> ad.AnnData:
