@@ -135,7 +135,7 @@ def _fake_pretrain(monkeypatch, tmp_path, step: int, signum):
     (run_dir / "checkpoints" / "LATEST").write_text(f"step_{step:08d}.pt")
     (run_dir / "checkpoints" / f"step_{step:08d}.pt").write_bytes(b"")
 
-    def pretrain(cfg, on_checkpoint=None):
+    def pretrain(cfg, on_checkpoint=None, **kw):
         signals._last["signum"] = signum
         return run_dir
 
@@ -165,6 +165,35 @@ def test_a_finished_run_is_exported(monkeypatch, tmp_path):
     assert exported == [(run_dir, str(tmp_path / "model"))]
     with pytest.raises(Stopped):
         run_train(build_train_parser(), "tiny", ["steps=9"], None, False)
+
+
+def test_a_stopped_training_command_reports_the_stop_once(tmp_path, monkeypatch, capsys, caplog, known_dispositions):
+    """Issue 57: the stop was said twice (the loop's warning, then the command's line). The first signal is still
+    acknowledged at once; the one report is the command's: the state file saved, and the same command resumes."""
+    import logging
+
+    from biomjepa.cli.train import train_main
+
+    cfg = tiny_config(tmp_path, run_name="once", steps=50, checkpoint_every=100)
+    cfg.to_yaml(tmp_path / "run.yaml")
+    real = Trainer.train_step
+
+    def step_then_sigterm(self, data):
+        row = real(self, data)
+        signal.raise_signal(signal.SIGTERM)  # arrives during the first step, as from `kill`
+        return row
+
+    monkeypatch.setattr(Trainer, "train_step", step_then_sigterm)
+    with caplog.at_level(logging.DEBUG, logger="biomjepa"):
+        rc = train_main([str(tmp_path / "run.yaml")])
+    err = capsys.readouterr().err
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and "stopped on" in r.getMessage()]
+    lines = [line for line in err.splitlines() if "stopped on" in line]
+    assert rc == 143 and said == [], said
+    state = tmp_path / "runs" / "once" / "checkpoints" / "step_00000001.pt"
+    assert lines == [f"python -m biomjepa.train: stopped on SIGTERM after step 1 of 50: the state of step 1 is saved "
+                     f"in {state}. Run the same command again to resume."]
+    assert any(r.getMessage().startswith("received SIGTERM: finishing the current step") for r in caplog.records)
 
 
 @pytest.mark.slow

@@ -70,7 +70,8 @@ def run_train(parser: argparse.ArgumentParser, config: str, overrides: list[str]
     (``parser.error``, exit code 2) raised before training, not after hours of it. A run stopped by
     SIGTERM/SIGINT (on any rank) has its state saved and is *not* exported: :class:`~.errors.Stopped`
     with exit code ``128 + signum`` (75 on a rank the signal did not reach), so a batch system sees
-    that the work is not done and the same command resumes it.
+    that the work is not done and the same command resumes it. That line (the state file saved, and how to
+    resume) is the one report of the stop: the loop only acknowledges the signal when it arrives.
     """
     import os
 
@@ -86,7 +87,7 @@ def run_train(parser: argparse.ArgumentParser, config: str, overrides: list[str]
         from ..bench.probe import probe_hook
 
         hook = probe_hook(cfg)
-    run_dir = pretrain(cfg, on_checkpoint=hook)
+    run_dir = pretrain(cfg, on_checkpoint=hook, report_stop=False)  # a stop is said once, by _raise_if_stopped
     print(run_dir, flush=True)
     _raise_if_stopped(cfg, run_dir, export_dir)
     if export_dir and int(os.environ.get("RANK", "0")) == 0:
@@ -111,5 +112,6 @@ def _raise_if_stopped(cfg, run_dir, export_dir: str | None) -> None:
 
     name = signal.Signals(signum).name if signum is not None else "a stop signal on another rank"
     skipped = f"; nothing was exported to {export_dir}" if export_dir else ""
-    raise Stopped(f"stopped on {name} after step {step} of {end}: the state is saved in {run_dir}{skipped}. Run "
-                  "the same command again to resume.", stop_exit_code(signum))
+    saved = f"the state of step {step} is saved in {latest}" if latest is not None else f"no state was saved yet in {run_dir}"
+    raise Stopped(f"stopped on {name} after step {step} of {end}: {saved}{skipped}. Run the same command again to "
+                  "resume.", stop_exit_code(signum))

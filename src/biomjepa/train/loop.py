@@ -72,7 +72,7 @@ __all__ = ["LOG_FIELDS", "Trainer", "pretrain", "run_dir_of", "state_hash"]
 
 def pretrain(config: TrainConfig | dict | str | Path, overrides: list[str] | None = None, *,
              on_checkpoint: CheckpointHook | None = None, stop_when: Callable[[int], bool] | None = None,
-             resumable: bool = True) -> Path:
+             resumable: bool = True, report_stop: bool = True) -> Path:
     """Pretrain BioM-JEPA; resumes from the run directory's latest checkpoint. Returns the run directory.
 
     ``config`` is a :class:`TrainConfig`, a dict, a preset name (``tiny``/``mini``/``base``) or a
@@ -84,7 +84,8 @@ def pretrain(config: TrainConfig | dict | str | Path, overrides: list[str] | Non
 
     ``stop_when(step)`` (rank 0's answer counts; e.g. a time budget) is asked after every step: ``True`` ends
     the run there, saved. ``resumable=False`` (a scratch run its caller discards, as ``bj.tl.adapt``'s) leaves
-    out the "run the same command again to resume" advice when a signal stops it.
+    out the "run the same command again to resume" advice when a signal stops it; ``report_stop=False`` (a caller
+    that says how the run stopped itself, as the command line does) leaves out the loop's own final line.
     """
     cfg = load_config(config, overrides)
     if on_checkpoint is None and cfg.probe.path is not None:
@@ -98,7 +99,7 @@ def pretrain(config: TrainConfig | dict | str | Path, overrides: list[str] | Non
     try:
         with caller_rng_kept():
             trainer = Trainer(cfg, info, on_checkpoint=on_checkpoint)
-            trainer.stop_when, trainer.resumable = stop_when, resumable
+            trainer.stop_when, trainer.resumable, trainer.report_stop = stop_when, resumable, report_stop
             return trainer.run()
     finally:
         cleanup(info)
@@ -110,7 +111,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, info: DistInfo, *, on_checkpoint: CheckpointHook | None = None) -> None:
         self.cfg, self.info, self.on_checkpoint = cfg, info, on_checkpoint
         self.stop_when: Callable[[int], bool] | None = None  # pretrain(stop_when=...), asked after every step
-        self.resumable = True
+        self.resumable = self.report_stop = True
         self.run_dir = run_dir_of(cfg)
         if info.is_main:
             lock_run_dir(self.run_dir)  # one process per run directory, before anything there is read or written
@@ -267,7 +268,8 @@ class Trainer:
                 if stop.signum is not None or self.step < end:
                     if saved_at != self.step:
                         self.save()
-                    log_stopped(stop, self.step, self.run_dir / "checkpoints", asked=asked, resumable=self.resumable)
+                    log_stopped(stop, self.step, self.run_dir / "checkpoints", asked=asked, resumable=self.resumable,
+                                caller_says=not self.report_stop)
         finally:
             log.close()
             if self.info.is_main:

@@ -11,7 +11,9 @@ batch system that shields its jobs from Ctrl-C) stays ignored, as Python itself 
 does not depend on, nor change, the disposition it inherited.
 
 :func:`last_stop_signal` tells the caller (the command line, which must not export a stopped run
-and exits with :func:`stop_exit_code`) which signal ended the most recent block.
+and exits with :func:`stop_exit_code`) which signal ended the most recent block. The first signal is acknowledged at once (a warning: the run
+finishes its step and saves); the report of the stop is said once at the end, by the loop
+(:func:`log_stopped`) or, where it says it itself, by its caller (the command line).
 """
 
 from __future__ import annotations
@@ -77,11 +79,16 @@ class GracefulStop:
         self._previous.clear()
 
 
-def log_stopped(stop: GracefulStop, step: int, checkpoints, *, asked: bool, resumable: bool) -> None:
+def log_stopped(stop: GracefulStop, step: int, checkpoints, *, asked: bool, resumable: bool,
+                caller_says: bool = False) -> None:
     """Say why a run ended before its last step: the caller's ``stop_when``, or a signal (with the advice to
-    resume where the run directory is kept: ``resumable``)."""
+    resume where the run directory is kept: ``resumable``). ``caller_says``: the caller reports a signal stop
+    itself (the command line's one line, :func:`biomjepa.cli.train.run_train`), so it is only logged at DEBUG
+    level here, not said twice."""
     if asked and stop.signum is None:
         logger.info("stopped after step %d: the caller's stop condition (stop_when) was met", step)
+    elif caller_says:
+        logger.debug("stopped on %s after step %d; the caller reports it", stop.name, step)
     elif resumable:
         logger.warning("stopped on %s after step %d; the state is saved in %s: run the same command again to "
                        "resume", stop.name, step, checkpoints)
