@@ -100,11 +100,21 @@ def test_a_state_without_the_new_records_resumes_as_before(stopped_run):
     assert load_state(latest_state(run_dir))["config_changes"] == []
 
 
+def _other_bytes(path) -> None:
+    """Change one byte of ``path`` (the same size), and give it a later mtime."""
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(10)  # the first member's time in its local zip header: the archive still reads the same
+        byte = f.read(1)
+        f.seek(10)
+        f.write(bytes([byte[0] ^ 1]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+
 def test_resume_on_changed_corpus_files_is_refused_unless_allowed(stopped_run, caplog):
     cfg, run_dir = stopped_run
     shard = cfg.corpus[1]
-    st = os.stat(shard)
-    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the same name, a new file
+    _other_bytes(shard)  # the same name and size, another file
     manifest = (run_dir.parent.parent / "cache" / "manifest.json").read_text()
     with pytest.raises(ValueError, match=rf"corpus files that have changed since .*{shard}.*allow_resume_mismatch"):
         _resumed(cfg)
@@ -112,6 +122,40 @@ def test_resume_on_changed_corpus_files_is_refused_unless_allowed(stopped_run, c
     with caplog.at_level(logging.WARNING):
         trainer = _resumed(cfg, allow_resume_mismatch=True)
     assert trainer.step == 2 and "corpus files changed" in caplog.text
+
+
+def test_resume_on_copied_corpus_files_needs_no_allow_resume_mismatch(stopped_run, tmp_path, caplog):
+    """Issue 57: the same bytes with new mtimes (copied to another disk or machine) resume; the cache is kept."""
+    import shutil
+
+    cfg, run_dir = stopped_run
+    for shard in cfg.corpus:
+        shutil.copyfile(shard, tmp_path / "copy")
+        os.replace(tmp_path / "copy", shard)
+        st = os.stat(shard)
+        os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    with caplog.at_level(logging.INFO):
+        trainer = _resumed(cfg)
+    assert trainer.step == 2 and "changed" not in caplog.text and "preparing" not in caplog.text
+    trainer.run()
+    saved = {i["path"]: i for i in load_state(latest_state(run_dir))["corpus"]["inputs"]}
+    assert [saved[s]["mtime_ns"] for s in cfg.corpus] == [os.stat(s).st_mtime_ns for s in cfg.corpus]  # recorded anew
+
+
+def test_an_old_state_without_digests_refuses_copied_files_naming_allow_resume_mismatch(stopped_run):
+    cfg, run_dir = stopped_run
+    path = latest_state(run_dir)
+    state = load_state(path)
+    for entry in state["corpus"]["inputs"]:
+        del entry["sha256"]
+    torch.save(state, path)
+    shard = cfg.corpus[0]
+    st = os.stat(shard)
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the same bytes, a new mtime
+    with pytest.raises(ValueError, match=r"cannot be told from a change: if they are the same files, set "
+                                         r"`allow_resume_mismatch=true`"):
+        _resumed(cfg)
+    assert _resumed(cfg, allow_resume_mismatch=True).step == 2
 
 
 def test_a_refused_resume_writes_no_changes_log_and_keeps_config_yaml(stopped_run):

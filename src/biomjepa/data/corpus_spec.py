@@ -6,16 +6,20 @@ twice, so :func:`_in_entry` can name a failing file's entry in the words of the 
 (``data.corpus[2]`` in training, ``corpus[2]`` for the Python function, flags once the command line maps
 them) and give the fix as that entry's keys (``data.corpus[2].species: mouse``), not as Python arguments.
 :func:`_cache_dir` refuses a cache directory that is a file; :func:`_identity` records the input files'
-size and mtime. Used by :mod:`biomjepa.data.shards` (:func:`~biomjepa.data.shards.prepare_corpus`).
+size and mtime (and :mod:`~biomjepa.data.input_identity` compares records, a copy of a file being the same file);
+:func:`_stale` says why a cache's manifest does not describe these files. Used by :mod:`biomjepa.data.shards` (:func:`~biomjepa.data.shards.prepare_corpus`).
 """
 
 from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import re
 from pathlib import Path
+
+logger = logging.getLogger("biomjepa.data.shards")  # its messages are prepare_corpus'
 
 MANIFEST = "manifest.json"
 
@@ -169,11 +173,58 @@ def corpus_inputs(corpus) -> list[dict]:
 
 
 def changed_inputs(recorded: list[dict], now: list[dict]) -> list[str]:
-    """Paths whose size/mtime differ between two ``inputs`` records (or that are in one only)."""
+    """Paths whose file differs between two ``inputs`` records (or that are in one only): another size, or another
+    mtime and, where ``recorded`` holds the file's sha256, other bytes (:mod:`~biomjepa.data.input_identity`)."""
     return _changed(recorded, now)
 
 
 def _changed(recorded: list[dict], now: list[dict]) -> list[str]:
-    """Paths whose size/mtime differ between two :func:`_identity` records (or are in one only)."""
-    old, new = {i["path"]: i for i in recorded}, {i["path"]: i for i in now}
-    return [p for p in dict.fromkeys([*old, *new]) if old.get(p) != new.get(p)]
+    """:func:`changed_inputs` (a copy of a file, same bytes and a new mtime, is the same file where a digest is recorded)."""
+    from .input_identity import changed
+
+    return changed(recorded, now)
+
+
+def _stale(cache: Path, key: str, inputs: list[dict]) -> str | None:
+    """Why ``cache`` must be prepared again, or ``None`` when it holds this corpus, from these very files.
+
+    A manifest written before the inputs were recorded is trusted (its ``key`` is unchanged) and
+    its inputs are recorded now, unless an input is newer than the manifest: then a warning. Inputs copied since
+    (the same bytes, new mtimes: :mod:`~biomjepa.data.input_identity`) are recorded with their new mtimes.
+    """
+    man = cache / MANIFEST
+    try:
+        meta = json.loads(man.read_text())
+    except FileNotFoundError:
+        return "it holds no prepared corpus"
+    except (OSError, ValueError):
+        return f"its {MANIFEST} is unreadable"
+    if meta.get("key") != key:
+        return "it was prepared for another corpus or other options"
+    if "inputs" in meta:
+        changed = _changed(meta["inputs"], inputs)
+        if changed:
+            return f"{', '.join(changed)} changed since it was prepared"
+        from .input_identity import refreshed
+
+        _record_inputs(man, meta, refreshed(meta["inputs"], inputs))  # copied files: their new mtimes, not hashed again
+        return None
+    newer = [i["path"] for i in inputs if i["mtime_ns"] > man.stat().st_mtime_ns]
+    if newer:
+        logger.warning("The corpus cache %s was prepared by an older biomjepa that did not record its inputs, and "
+                       "%s changed after it; delete %s to prepare it again.", cache, ", ".join(newer), man)
+        return None
+    _record_inputs(man, meta, inputs)
+    return None
+
+
+def _record_inputs(man: Path, meta: dict, inputs: list[dict] | None) -> None:
+    """Record ``inputs`` in the manifest ``man`` (``None``: nothing to record; a read-only cache: left as it is)."""
+    from .._files import write_text_atomic
+
+    if inputs is None:
+        return
+    try:
+        write_text_atomic(man, json.dumps({**meta, "inputs": inputs}, indent=2))
+    except OSError as err:  # a read-only cache
+        logger.debug("could not record the inputs of %s: %s", man.parent, err)

@@ -4,9 +4,9 @@
 :func:`~biomjepa.data.idtable.map_var` (the mapping of ``bj.pp.map_vocab``), validates raw counts,
 drops cells with no mapped gene and excluded cells, and writes one ``shard_XXXXX.npz`` per file
 (``data`` counts, ``indices``, ``indptr``, ``totals`` = library size over all input genes, ``rows`` =
-source row) plus ``manifest.json``, which records the size and mtime of every input file: a cache is
+source row) plus ``manifest.json``, which records the size, mtime and sha256 of every input file: a cache is
 prepared again when its spec *or* an input file changed (the manifest's ``key`` stays that of the
-spec). A cache is written under an exclusive lock and read under a shared one (``cache_dir/.lock``),
+spec); a copied file (the same bytes, a new mtime) has not changed (:mod:`~biomjepa.data.input_identity`). A cache is written under an exclusive lock and read under a shared one (``cache_dir/.lock``),
 so one run never rewrites the shards another run is reading.
 
 :class:`ShardStream` (a torch ``IterableDataset``) yields :class:`CellBatch` es. The order is a
@@ -44,10 +44,12 @@ from .corpus_spec import (  # noqa: F401 (corpus_inputs, changed_inputs, check_c
     _in_entry,
     _listed,
     _specs,
+    _stale,
     changed_inputs,
     check_corpus_listing,
     corpus_inputs,
 )
+from .input_identity import with_sha256
 from .tokenize import TokenizedCells, tokenize
 
 logger = logging.getLogger(__name__)
@@ -202,41 +204,12 @@ def _write_shards(cache: Path, specs: list[dict], meta: dict, inputs: list[dict]
             shards.append(_convert(spec, cache / f"shard_{i:05d}.npz", meta["vocab_size"]))
         except (ValueError, KeyError, TypeError) as err:
             raise type(err)(_in_entry(err, spec, entries[i])) from err
+    recorded = with_sha256(inputs)  # their bytes' digest, so a copy of them (new mtimes) is still known as them
     changed = _changed(inputs, _identity(specs))
     if changed:
         raise ValueError(f"Corpus file(s) {', '.join(changed)} changed while {cache} was being prepared; "
                          "run again once they are complete.")
-    write_text_atomic(cache / MANIFEST, json.dumps({**meta, "shards": shards, "inputs": inputs}, indent=2))
-
-
-def _stale(cache: Path, key: str, inputs: list[dict]) -> str | None:
-    """Why ``cache`` must be prepared again, or ``None`` when it holds this corpus, from these very files.
-
-    A manifest written before the inputs were recorded is trusted (its ``key`` is unchanged) and
-    its inputs are recorded now, unless an input is newer than the manifest: then a warning.
-    """
-    man = cache / MANIFEST
-    try:
-        meta = json.loads(man.read_text())
-    except FileNotFoundError:
-        return "it holds no prepared corpus"
-    except (OSError, ValueError):
-        return f"its {MANIFEST} is unreadable"
-    if meta.get("key") != key:
-        return "it was prepared for another corpus or other options"
-    if "inputs" in meta:
-        changed = _changed(meta["inputs"], inputs)
-        return f"{', '.join(changed)} changed since it was prepared" if changed else None
-    newer = [i["path"] for i in inputs if i["mtime_ns"] > man.stat().st_mtime_ns]
-    if newer:
-        logger.warning("The corpus cache %s was prepared by an older biomjepa that did not record its inputs, and "
-                       "%s changed after it; delete %s to prepare it again.", cache, ", ".join(newer), man)
-        return None
-    try:
-        write_text_atomic(man, json.dumps({**meta, "inputs": inputs}, indent=2))
-    except OSError as err:  # a read-only cache
-        logger.debug("could not record the inputs of %s: %s", cache, err)
-    return None
+    write_text_atomic(cache / MANIFEST, json.dumps({**meta, "shards": shards, "inputs": recorded}, indent=2))
 
 
 def _cache_lock(cache: Path, *, shared: bool, reason: str = "") -> Lock:

@@ -198,7 +198,7 @@ class Trainer:
         meta = self.corpus.meta
         out = {"key": meta["key"], "shards": [s["source"] for s in meta["shards"]]}
         inputs = inputs_record(meta)
-        if inputs is not None:  # size + mtime of every input file: a resume on changed files is refused
+        if inputs is not None:  # size, mtime, sha256 of every input file: a resume on changed files is refused
             out["inputs"] = inputs
         return out
 

@@ -3,7 +3,8 @@
 A run resumes from its directory's latest state. :func:`check_resume` refuses (unless
 ``allow_resume_mismatch``) a new config that trains another model, on another corpus
 (:func:`~biomjepa.train.checkpoint.resume_mismatch`), on corpus files that changed since the state
-was saved (their size and mtime, recorded in the state's ``corpus.inputs``), or with another data
+was saved (their size and mtime, and where the mtime differs their bytes' sha256, recorded in the state's
+``corpus.inputs``: a copy of the same files resumes), or with another data
 order (:data:`~biomjepa.train.checkpoint.DATA_ORDER_KEYS`). Every other training setting may change
 (lr, schedules, loss weights, ...); each change is a ``{step, key, old, new}`` entry of the state's
 ``config_changes`` and a line of ``run_dir/changes.log``: the run goes on from the step where the
@@ -90,7 +91,7 @@ def _check_inputs(saved: dict, now: list[dict], cfg, run_dir: Path) -> None:
     old = saved.get("corpus", {}).get("inputs")
     if old is None:  # saved before the inputs were recorded: trusted
         return
-    changed = changed_inputs(old, now)
+    changed = changed_inputs(old, now)  # a copy (same bytes, new mtime) is the same file where a digest is recorded
     if not changed:
         return
     listed = ", ".join(changed[:5]) + (f" (+{len(changed) - 5} more)" if len(changed) > 5 else "")
@@ -100,10 +101,21 @@ def _check_inputs(saved: dict, now: list[dict], cfg, run_dir: Path) -> None:
         return
     raise ValueError(
         f"{run_dir} holds a training state (step {saved.get('step')}) of a run on corpus files that have changed "
-        f"since (size or modification time): {listed}. Resuming would continue it on other cells. Restore the "
-        "files, give this run a new `run_name`/`out_dir`, or set `allow_resume_mismatch=true` to resume anyway "
-        "(e.g. the same files copied to another machine)."
+        f"since (another size, or another modification time and other bytes): {listed}. Resuming would continue "
+        "it on other cells. Restore the files, give this run a new `run_name`/`out_dir`, or set "
+        f"`allow_resume_mismatch=true` to resume anyway.{_no_digest(old, changed)}"
     )
+
+
+def _no_digest(old: list[dict], changed: list[str]) -> str:
+    """Why a copy of the files is refused too, where the state recorded no digest of some of them."""
+    from ..data.input_identity import undigested
+
+    if not undigested(old, changed):
+        return ""
+    return (" This state was saved before biomjepa recorded the files' content (sha256), so a copy of the same "
+            "files (another machine, new modification times) cannot be told from a change: if they are the same "
+            "files, set `allow_resume_mismatch=true`.")
 
 
 def _refuse_or_warn(diff: list[dict], saved: dict, cfg, run_dir: Path) -> None:
