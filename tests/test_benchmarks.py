@@ -359,33 +359,6 @@ def test_adapt_vs_scvi_scvi_default_epochs_follow_scvi_tools_heuristic():
     assert scvi_default_epochs(40_000) == 200
 
 
-def test_adapt_vs_scvi_sets_parse_and_pancreas_only_by_name():
-    from benchmarks.evaluation.adapt_vs_scvi import DEFAULT_SETS, INPUT, parse_sets
-
-    assert "pancreas_test" not in DEFAULT_SETS
-    assert parse_sets("pbmc_val, brain_val") == ("pbmc_val", "brain_val")
-    assert parse_sets("pancreas_test") == ("pancreas_test",)
-    assert INPUT["brain_val"] == "reads"  # plate-based read counts
-    with pytest.raises(argparse.ArgumentTypeError, match="unknown sets"):
-        parse_sets("pbmc_val,lung")
-
-
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--steps", "50", "--sets", "pbmc_val,pancreas_test"], "validation sets only"),
-    (["--steps", "50", "--sets", "lung"], "unknown set"),
-    (["--steps", "50,x"], "comma-separated integers"),
-    (["--steps", "0"], "positive integers"),
-])
-def test_adapt_steps_refuses_the_test_cells_and_bad_lengths_before_any_work(argv, message, monkeypatch):
-    """The length is chosen on validation cells: ``adapt_steps.py`` never scores the test cells, and refuses a bad
-    ``--steps`` before it loads a set or trains."""
-    from benchmarks.evaluation import adapt_steps
-
-    monkeypatch.setattr(adapt_steps, "run", lambda *a: pytest.fail("ran despite bad arguments"))
-    with pytest.raises(SystemExit, match=message):
-        adapt_steps.main(argv)
-
-
 # benchmarks/evaluation/validation_tissues.py: the shipping rule on a synthetic table (no model, no data)
 
 def _two_tissue_table(new: dict, old: dict, seeds: int = 10) -> pd.DataFrame:
@@ -488,7 +461,7 @@ def test_curves_score_multiples_and_always_the_last_state():
     assert states_to_score([], 500) == []
 
 
-# benchmarks/evaluation/adapt_vs_scvi.py, issue 56: the tissue list, Leiden resolutions, readouts and seed spread
+# benchmarks/evaluation/adapt_vs_scvi.py, issue 56: the tissue list, Leiden resolutions, run lengths and seed spread
 
 def test_adapt_vs_scvi_runs_the_three_validation_tissues_by_default():
     from benchmarks.evaluation.adapt_vs_scvi import TEST, parse_args
@@ -499,7 +472,7 @@ def test_adapt_vs_scvi_runs_the_three_validation_tissues_by_default():
     assert args.seeds == [0, 1, 2] and args.resolutions == [0.5, 1.0, 2.0] and args.leiden_seeds == 10
     assert parse_args(["--tissues", "immune", "pbmc", "immune"]).names == ("immune", "pbmc")
     assert parse_args(["--test-cells"]).names == (TEST,)
-    assert parse_args(["--sets", "pbmc_val,brain_val"]).names == ("pbmc", "brain")  # the runs before issue 56
+    assert args.steps is None and parse_args(["--steps", "50", "75"]).steps == [50, 75]  # a whole run per length
     assert parse_args(["--tissues", "brain", "--adapted", "brain=A", "brain=B"]).adapted_dirs == {"brain": ["A", "B"]}
 
 
@@ -507,14 +480,16 @@ def test_adapt_vs_scvi_runs_the_three_validation_tissues_by_default():
     (["--tissues", "pbmc", "pancreas_test"], "is the test cells, not a validation tissue"),
     (["--tissues", "pancreas"], "--test-cells"),
     (["--test-cells", "--tissues", "pbmc"], "not allowed with"),
-    (["--sets", "brain_val,pancreas_test"], "scored alone"),
+    (["--test-cells", "--steps", "50", "75"], "validation tissues only"),
+    (["--steps", "50", "0"], "positive integers"),
     (["--tissues", "chemistry"], "unknown tissue"),
     (["--resolutions", "0.5", "2"], "1 among them"),
     (["--seeds", "0", "0"], "distinct"),
     (["--tissues", "pbmc", "--adapted", "brain=DIR"], "not among the tissues run"),
 ])
 def test_adapt_vs_scvi_refuses_the_test_cells_in_the_tissue_list(argv, message, capsys):
-    """The test cells are never a validation tissue: only ``--test-cells``, alone; bad lists fail before any work."""
+    """The test cells are never a validation tissue: only ``--test-cells``, alone, and never to choose a run length;
+    bad lists fail before any work."""
     from benchmarks.evaluation.adapt_vs_scvi import parse_args
 
     with pytest.raises(SystemExit):
@@ -542,31 +517,6 @@ def test_leiden_resolutions_keep_the_resolution_one_columns():
     blob = leiden_resolutions(rng.normal(size=(150, 5)), np.repeat(["x", "y"], 75), seeds=(0, 1))
     assert blob["n_clusters_mean_r0.5"] < blob["n_clusters_mean_r1"] < blob["n_clusters_mean_r2"]
     assert np.isnan(leiden_resolutions(Z, labels, seeds=(0,), resolutions=(1.0,))["leiden_ari_sd_r1"])
-
-
-def test_adapt_vs_scvi_readouts_are_the_halves_and_pca_maps_a_checkpoint_could_hold():
-    """The halves of ``max_top5_mean_wmean`` are its column blocks; a PCA held as a ``d × d`` matrix (the readout
-    record's ``whiten`` field) keeps every distance of its ``k`` components, whitened or not."""
-    from benchmarks.evaluation.adapt_vs_scvi import pca_map, readouts
-    from scipy.spatial.distance import pdist
-
-    rng = np.random.default_rng(1)
-    Z = rng.normal(size=(120, 3)) @ rng.normal(size=(3, 16)) * np.linspace(4, 0.5, 16) + 0.1 * rng.normal(size=(120, 16))
-    Z = ((Z - Z.mean(0)) / Z.std(0)).astype(np.float32)  # as tl.adapt exports it: standardized on these cells
-    R = {k: v[0] for k, v in readouts(Z, "max_top5_mean_wmean", pca_comps=(5,)).items()}
-    assert set(R) == {"max_top5", "mean_wmean", "pca5", "pca5_white", "pca5_dxd", "pca5_white_dxd"}
-    np.testing.assert_array_equal(R["max_top5"], Z[:, :8])
-    np.testing.assert_array_equal(R["mean_wmean"], Z[:, 8:])
-    assert R["pca5"].shape == (120, 5) and R["pca5_dxd"].shape == R["pca5_white_dxd"].shape == (120, 16)
-    var = R["pca5"].var(0, ddof=1)
-    assert np.all(np.diff(var) <= 1e-6) and var[0] > 3 * var[-1]
-    np.testing.assert_allclose(R["pca5_white"].std(0, ddof=1), 1.0, atol=1e-4)
-    for k in ("pca5", "pca5_white"):
-        np.testing.assert_allclose(pdist(R[f"{k}_dxd"]), pdist(R[k]), rtol=1e-4, atol=1e-4)
-    assert not np.allclose(pdist(R["pca5_white"]), pdist(R["pca5"]), rtol=1e-2)
-    assert set(readouts(Z, "max_top5", pca_comps=(5,))) == {"pca5", "pca5_white", "pca5_dxd", "pca5_white_dxd"}
-    with pytest.raises(ValueError, match="n_comps=16"):
-        pca_map(Z, 16)
 
 
 def _seeded_row(rep: str, seed, seconds: float, f1: float, ari: float) -> dict:

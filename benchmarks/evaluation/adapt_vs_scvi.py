@@ -5,7 +5,8 @@ user makes and nothing else (data loading and scoring are outside every clock):
 
 * ``zero-shot``: ``bj.pp.map_vocab`` (the tissue's keywords: ``species="mouse"`` for the mouse tissue) and
   ``bj.tl.embed`` with the base checkpoint (``--checkpoint``, default ``bj.settings.checkpoint``);
-* ``adapt``: ``bj.tl.adapt`` with its defaults (steps: ``default_steps``; ``--steps`` overrides), once per
+* ``adapt``: ``bj.tl.adapt`` with its defaults (steps: ``default_steps``; ``--steps N [N ...]``: a whole run of
+  each length, with its own warm-up and decay, as a user who asks for that many steps gets), once per
   adaptation seed (``--seeds``, default 0 1 2: issue 56 item 3, a change smaller than the seeds' spread is no
   choice), into a temporary ``out_dir`` removed afterwards (``--keep DIR`` keeps them as ``DIR/<tissue>_seed<k>``);
   the genes are already mapped by the zero-shot call;
@@ -17,15 +18,9 @@ user makes and nothing else (data loading and scoring are outside every clock):
   ``protocol.standard_path``);
 * ``depth``: log library size and log detected genes, 2 numbers per cell (``protocol.add_depth``).
 
-Each adapted embedding is also read out as each readout an adapted checkpoint could export (issue 56 item 2,
-"the neighbour graph is the product"; :func:`readouts`, off with ``--no-readouts``), from ``obsm`` alone (no
-second embedding pass): ``adapt`` itself is the 512-feature ``max_top5_mean_wmean`` standardized with the adapted
-cells' statistics; ``adapt max_top5`` and ``adapt mean_wmean`` are its two halves (per-feature statistics, so
-each half is exactly that pooling exported alone); ``adapt pca50`` and ``adapt pca50_white`` a PCA to
-``--pca-comps`` components fitted on the adapted cells, whitened or not; ``adapt pca50_dxd`` and
-``adapt pca50_white_dxd`` the same map as the checkpoint format can hold it today, a ``d × d`` matrix ``P Vᵀ`` in
-the readout record's ``whiten`` field (:func:`square_map`: the same Euclidean distances, so the same neighbour
-graph, with ``d`` columns of rank ``k``; few-shot F1 differs, the probe standardizing every column).
+Each readout an adapted checkpoint could export (its poolings alone, PCA-50 of the adapted cells, whitened or not,
+as a d × d map; issue 56 item 2) was scored by ``012b4ec:benchmarks/evaluation/adapt_vs_scvi.py``: none beat the
+default beyond the seed spread (``adapt_vs_scvi_three_tissues_v0.4.csv``).
 
 Every representation is scored with ``benchmarks/protocol.py`` (``embedding_scores``), on the labelled cells:
 few-shot k = 5 macro-F1 (linear SVM, seeds 42–46); Leiden with scanpy's defaults at resolutions 0.5, 1 and 2
@@ -37,35 +32,37 @@ Tissues (``--tissues``, default the three validation tissues, ``protocol.TISSUES
 420 cells, C1 read counts, so every call gets ``input="reads"``: molecule equivalents for the model, raw reads
 for scVI and PCA), ``immune`` (Tabula Muris mouse immune, 1,000 cells of 5 types, mapped with
 ``species="mouse"``). The test cells (``pancreas_test``, the 1,074 bundled pancreas cells) are never a
-``--tissues`` entry: only ``--test-cells``, alone, once, after the choice. ``--sets`` keeps the names of the runs
-before issue 56 (``pbmc_val``, ``brain_val``, ``pancreas_test``: the same cells). ``--adapted TISSUE=DIR``
+``--tissues`` entry: only ``--test-cells``, alone, once, after the choice (and with one length: several choose
+one, on validation tissues only; the baselines then run once, beside the first). ``--adapted TISSUE=DIR``
 scores a checkpoint adapted earlier (e.g. kept with ``--keep``) instead of adapting (``seconds`` is then its
 embedding pass; ``train_seconds`` its record's). scvi-tools lives in the benchmark's own environment, never in
 biomjepa's dependencies::
 
     python -m venv --system-site-packages .venv-scvi && .venv-scvi/bin/pip install "scvi-tools>=1.1"
     .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py                  # pbmc brain immune, seeds 0 1 2
-    .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py --tissues brain --seeds 0 --no-readouts
+    .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py --tissues brain --seeds 0
+    python benchmarks/evaluation/adapt_vs_scvi.py --tissues pbmc brain --seeds 0 --steps 50 75 --baselines  # lengths
     .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py --test-cells     # the test cells, once
     CUDA_VISIBLE_DEVICES= .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py --threads 4   # a laptop
 
 Both models run on ``bj.settings.device`` (``"auto"``: a GPU where there is one; hide it for CPU figures).
-Writes ``benchmarks/results/adapt_vs_scvi_<tissues>.csv`` (``--csv``), one row per (tissue, representation,
-adaptation seed), wide as before. Columns of a representation row: ``set`` (the tissue), ``representation``,
-``adapt_seed`` (adapt and its readouts), ``stat`` (``value``: one measurement; ``seed_mean`` / ``seed_sd``: over
-the adaptation seeds, :func:`seed_spread`, with ``n_seeds``), ``n_cells`` (scored, labelled), ``n_obs``,
-``n_types``, ``dims``, ``seconds`` (wall time of its calls), ``f1``, ``knn15_agreement``, ``leiden_ari`` (seed 0,
-resolution 1: what a user gets), ``leiden_ari_mean`` and ``leiden_ari_sd`` (seeds 0–9, resolution 1),
-``leiden_nmi``, ``n_clusters`` (seed 0, resolution 1), and per resolution ``r``: ``leiden_ari_mean_r<r>``,
-``leiden_ari_sd_r<r>``, ``leiden_nmi_mean_r<r>``, ``n_clusters_r<r>`` (seed 0) and ``n_clusters_mean_r<r>``; on
-``adapt`` rows ``steps``, ``steps_done``, ``train_seconds`` (adapt's own ``seconds``: from the call's start to
-the end of training), ``precision``, ``graph`` (``built``, or ``cached`` when an earlier run of these cells and
-seed left its gene graph: a shorter set-up) and ``phase_<name>``; on ``scVI`` rows ``scvi_max_epochs``; on every
-row ``input``, ``base_checkpoint``, ``load_average_1min`` (before the tissue) and the machine: ``cpu``,
-``cpu_flags``, ``torch_capability``, ``torch``, ``threads`` (torch's), ``bj_threads``, ``cpu_count``, ``device``,
-``scvi_tools``, ``commit``, ``date``. One ``summary`` row per tissue (adapt's seed mean where there are several
-seeds): ``adapt_over_scvi_seconds``, ``adapt_over_pca_seconds``, ``{f1,ari,knn15}_adapt_minus_{scvi,pca}``
-(``ari``: differences of ``leiden_ari_mean``) and, with several seeds, ``{f1,ari,knn15}_adapt_seed_sd``.
+Writes ``benchmarks/results/adapt_vs_scvi_<tissues>.csv`` (``--csv``; ``…_steps<N>_<M>.csv`` with several lengths),
+one row per (tissue, representation, adaptation seed), wide as before. Columns of a representation row: ``set`` (the
+tissue), ``representation``, ``adapt_seed`` (adapt), ``stat`` (``value``: one measurement;
+``seed_mean`` / ``seed_sd``: over the adaptation seeds, :func:`seed_spread`, with ``n_seeds``), ``n_cells`` (scored,
+labelled), ``n_obs``, ``n_types``, ``dims``, ``seconds`` (wall time of its calls), ``f1``, ``knn15_agreement``,
+``leiden_ari`` (seed 0, resolution 1: what a user gets), ``leiden_ari_mean`` and ``leiden_ari_sd`` (seeds 0–9,
+resolution 1), ``leiden_nmi``, ``n_clusters`` (seed 0, resolution 1), and per resolution ``r``:
+``leiden_ari_mean_r<r>``, ``leiden_ari_sd_r<r>``, ``leiden_nmi_mean_r<r>``, ``n_clusters_r<r>`` (seed 0) and
+``n_clusters_mean_r<r>``; on ``adapt`` rows ``steps``, ``steps_done``, ``train_seconds`` (adapt's own ``seconds``:
+from the call's start to the end of training), ``precision``, ``graph`` (``built``, or ``cached`` when an earlier run
+of these cells and seed left its gene graph: a shorter set-up) and ``phase_<name>``; on ``scVI`` rows
+``scvi_max_epochs``; on every row ``input``, ``base_checkpoint``, ``load_average_1min`` (before the tissue) and the
+machine: ``cpu``, ``cpu_flags``, ``torch_capability``, ``torch``, ``threads`` (torch's), ``bj_threads``,
+``cpu_count``, ``device``, ``scvi_tools``, ``commit``, ``date``. One ``summary`` row per tissue and length (adapt's
+seed mean where there are several seeds): ``adapt_over_scvi_seconds``, ``adapt_over_pca_seconds``,
+``{f1,ari,knn15}_adapt_minus_{scvi,pca}`` (``ari``: differences of ``leiden_ari_mean``) and, with several seeds,
+``{f1,ari,knn15}_adapt_seed_sd``.
 """
 
 from __future__ import annotations
@@ -90,16 +87,11 @@ from benchmarks.protocol import SETS, TEST, TISSUES, embedding_scores, labelled,
 ZERO_SHOT, ADAPT, SCVI, PCA, DEPTH = "zero-shot", "adapt", "scVI", "PCA-50", "depth"
 BASELINES = (ZERO_SHOT, SCVI, PCA, DEPTH)
 #: the validation tissues --tissues takes (protocol.SETS but its chemistry set: technical, not a tissue); the test
-#: cells (protocol.TEST) are scored once, after the choice, only with --test-cells (or --sets pancreas_test)
+#: cells (protocol.TEST) are scored once, after the choice, only with --test-cells
 VALIDATION = tuple(s for s in SETS if s != "chemistry")
-#: --sets' names (runs before issue 56) -> the tissue read now (the same cells), and what their counts are
-LEGACY = {"pbmc_val": "pbmc", "brain_val": "brain", TEST: TEST}
-INPUT = {old: SETS[new][1] if new in SETS else "counts" for old, new in LEGACY.items()}
-DEFAULT_SETS = ("pbmc_val", "brain_val")  # --sets' names of the two-tissue runs (issue 44)
 LEIDEN_SEEDS = tuple(range(10))
 RESOLUTIONS = (0.5, 1.0, 2.0)
 ADAPT_SEEDS = (0, 1, 2)
-PCA_COMPS = (50,)
 
 # --- the representations, each timed --------------------------------------------------------------------------------
 
@@ -172,59 +164,6 @@ def scvi_latent(a, kind: str, epochs: int | None) -> np.ndarray:
     return a.obsm[BASELINE_KEYS["scvi"]]
 
 
-# --- issue 56 item 2: each readout an adapted checkpoint could export -----------------------------------------------
-
-def pca_map(Z: np.ndarray, n_comps: int, whiten: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """PCA of ``Z [n, d]`` (float64 SVD of the centred rows): ``(mean [d], P [d, k], V [d, k])``, ``V`` the
-    orthonormal loadings, ``P = V`` or, whitened, ``V / sqrt(variance)`` (unit-variance components); the
-    components of rows ``x`` are ``(x - mean) @ P``."""
-    Z = np.asarray(Z, np.float64)
-    n, d = Z.shape
-    if not 0 < n_comps < min(n, d):
-        raise ValueError(f"pca_map: n_comps={n_comps} must be in 1..{min(n, d) - 1} for {n} cells of {d} features")
-    mean = Z.mean(0)
-    _, s, vt = np.linalg.svd(Z - mean, full_matrices=False)
-    V = vt[:n_comps].T
-    if not whiten:
-        return mean, V, V
-    var = s[:n_comps] ** 2 / (n - 1)
-    return mean, V / np.sqrt(np.maximum(var, 1e-12)), V
-
-
-def square_map(P: np.ndarray, V: np.ndarray) -> np.ndarray:
-    """``P Vᵀ [d, d]``: the reduction ``P [d, k]`` as the ``d × d`` matrix a checkpoint's readout record can hold
-    today (its ``whiten`` field, applied after the standardization): ``‖x P Vᵀ‖ = ‖x P‖`` for orthonormal ``V``,
-    so every Euclidean distance, hence ``sc.pp.neighbors``' graph, is that of the ``k`` components."""
-    return P @ V.T
-
-
-def readouts(Z: np.ndarray, pooling: str = "max_top5_mean_wmean", pca_comps=PCA_COMPS) -> dict[str, tuple]:
-    """Each readout an adapted checkpoint could export, from its standardized embedding ``Z`` (``obsm``):
-    ``{suffix: (embedding, seconds to derive it)}``. ``max_top5`` and ``mean_wmean``: the two halves of a
-    ``max_top5_mean_wmean`` readout (standardized per feature, so each is exactly that pooling exported alone;
-    none for another pooling); per ``k`` of ``pca_comps``: ``pca<k>`` and ``pca<k>_white`` (the components of a
-    PCA fitted on these, the adapted, cells), ``pca<k>_dxd`` and ``pca<k>_white_dxd`` (the same maps as a
-    ``d × d`` matrix applied to ``Z`` without centring, as a checkpoint's readout record would apply it:
-    :func:`square_map`)."""
-    Z = np.asarray(Z, np.float32)
-    out = {}
-    if pooling == "max_top5_mean_wmean":
-        half = Z.shape[1] // 2
-        out["max_top5"], out["mean_wmean"] = (Z[:, :half], 0.0), (Z[:, half:], 0.0)
-    for k in pca_comps:
-        for whiten, tag in ((False, ""), (True, "_white")):
-            t0 = time.perf_counter()
-            mean, P, V = pca_map(Z, k, whiten)
-            comps = ((Z - mean) @ P).astype(np.float32)
-            fitted = time.perf_counter() - t0
-            out[f"pca{k}{tag}"] = (comps, fitted)
-            t0 = time.perf_counter()
-            W = square_map(P, V)
-            out[f"pca{k}{tag}_dxd"] = ((Z.astype(np.float64) @ W).astype(np.float32),
-                                       fitted + time.perf_counter() - t0)
-    return out
-
-
 # --- scores ---------------------------------------------------------------------------------------------------------
 
 def score(name: str, labels: np.ndarray, rep: str, Z: np.ndarray, extra: dict, *, leiden_seeds=LEIDEN_SEEDS,
@@ -286,16 +225,18 @@ def summary(rows: list[dict]) -> dict:
         for metric, col in (("f1", "f1"), ("ari", "leiden_ari_mean"), ("knn15", "knn15_agreement")):
             out[f"{metric}_adapt_seed_sd"] = sds[ADAPT].get(col)
         out["n_seeds"] = sds[ADAPT]["n_seeds"]
+    if ad.get("steps") is not None:
+        out["steps"] = ad["steps"]
     return out
 
 
 # --- the run --------------------------------------------------------------------------------------------------------
 
 def run_set(name: str, steps: int | None, scvi_epochs: int | None, *, seeds=(0,), checkpoint: str | None = None,
-            keep: Path | None = None, adapted_dirs=(), with_readouts: bool = True, pca_comps=PCA_COMPS,
-            baselines=BASELINES, leiden_seeds=LEIDEN_SEEDS, resolutions=RESOLUTIONS) -> list[dict]:
+            keep: Path | None = None, adapted_dirs=(), baselines=BASELINES, leiden_seeds=LEIDEN_SEEDS,
+            resolutions=RESOLUTIONS) -> list[dict]:
     """Every representation of one tissue, computed one after another (timed), then scored alike on the
-    labelled cells; adapt once per seed (or the ``adapted_dirs`` checkpoints), each with its readouts."""
+    labelled cells; adapt once per seed (or the ``adapted_dirs`` checkpoints)."""
     import biomjepa as bj
 
     a, labels, kind, mapping = load(name)
@@ -321,16 +262,8 @@ def run_set(name: str, steps: int | None, scvi_epochs: int | None, *, seeds=(0,)
     if DEPTH in baselines:
         timed.append((DEPTH, *clocked(lambda: a.obsm[protocol.add_depth(a)])))  # log library size, log genes
     y = labels[keep_rows]
-    rows = []
-    for rep, Z, extra in timed:
-        kw = {"leiden_seeds": leiden_seeds, "resolutions": resolutions}
-        seed_cols = {k: extra[k] for k in ("adapt_seed",) if k in extra}
-        adapt_seconds = extra["seconds"]
-        rows.append(score(name, y, rep, Z[keep_rows], {**extra, **common}, **kw))
-        if rep == ADAPT and with_readouts:
-            for suffix, (R, seconds) in readouts(Z, extra.get("pooling") or "", pca_comps).items():
-                rows.append(score(name, y, f"{ADAPT} {suffix}", R[keep_rows],
-                                  {"seconds": adapt_seconds + seconds, **seed_cols, **common}, **kw))
+    rows = [score(name, y, rep, Z[keep_rows], {**extra, **common}, leiden_seeds=leiden_seeds, resolutions=resolutions)
+            for rep, Z, extra in timed]
     return rows + seed_spread(rows)
 
 
@@ -346,14 +279,6 @@ def run_info() -> dict:
         scvi = ""
     return {**machine(), "bj_threads": bj.settings.num_threads, "cpu_count": os.cpu_count(),
             "device": bj.settings.device, "scvi_tools": scvi, "commit": commit(), "date": time.strftime("%Y-%m-%d")}
-
-
-def parse_sets(text: str) -> tuple[str, ...]:
-    names = tuple(s.strip() for s in text.split(",") if s.strip())
-    bad = [s for s in names if s not in INPUT]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown sets {bad}: choose from {', '.join(INPUT)} (comma-separated)")
-    return names
 
 
 def parse_tissue(text: str) -> str:
@@ -383,16 +308,12 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"validation tissues, of {' '.join(VALIDATION)} (default {' '.join(TISSUES)})")
     which.add_argument("--test-cells", action="store_true",
                        help=f"the test cells ({TEST}) alone: once, after the choice")
-    which.add_argument("--sets", type=parse_sets, default=None,
-                       help=f"the names of the runs before issue 56, comma-separated, of {', '.join(INPUT)}")
     p.add_argument("--seeds", nargs="+", type=int, default=list(ADAPT_SEEDS),
                    help="adaptation seeds (default 0 1 2: their mean and s.d. per tissue and measure)")
     p.add_argument("--checkpoint", default=None, help="base checkpoint (default bj.settings.checkpoint)")
-    p.add_argument("--steps", type=int, default=None, help="adapt's steps (default: its own, default_steps)")
+    p.add_argument("--steps", nargs="+", type=int, default=None,
+                   help="adapt's steps, a whole run per length (default: its own, default_steps)")
     p.add_argument("--scvi-epochs", type=int, default=None, help="scVI max_epochs (default: scvi-tools' own)")
-    p.add_argument("--no-readouts", action="store_true", help="score the adapted embedding only, not each readout")
-    p.add_argument("--pca-comps", nargs="+", type=int, default=list(PCA_COMPS),
-                   help="components of the PCA readouts fitted on the adapted cells (default 50)")
     p.add_argument("--resolutions", nargs="+", type=float, default=list(RESOLUTIONS),
                    help="Leiden resolutions (default 0.5 1 2; 1 always included)")
     p.add_argument("--leiden-seeds", type=int, default=len(LEIDEN_SEEDS), help="Leiden seeds 0..N-1 (default 10)")
@@ -410,14 +331,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The arguments, with ``names`` (the tissues to run, in order) resolved and checked before any work."""
     p = _parser()
     args = p.parse_args(argv)
-    if args.test_cells:
-        args.names = (TEST,)
-    elif args.sets:
-        args.names = tuple(dict.fromkeys(LEGACY[s] for s in args.sets))
-    else:
-        args.names = tuple(dict.fromkeys(args.tissues or TISSUES))
-    if TEST in args.names and len(args.names) > 1:
-        p.error("the test cells are scored alone, once: not beside validation tissues in one run")
+    args.names = (TEST,) if args.test_cells else tuple(dict.fromkeys(args.tissues or TISSUES))
     if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
         p.error("--seeds: distinct non-negative integers")
     if 1.0 not in args.resolutions or min(args.resolutions) <= 0:
@@ -425,10 +339,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.resolutions = sorted(set(args.resolutions))
     if args.leiden_seeds < 1:
         p.error("--leiden-seeds must be >= 1")
-    if args.steps is not None and args.steps < 1:
-        p.error("--steps must be a positive integer")
-    if any(k < 1 for k in args.pca_comps):
-        p.error("--pca-comps must be positive integers")
+    if args.steps is not None and min(args.steps) < 1:
+        p.error("--steps must be positive integers")
+    if args.steps is not None and len(args.steps) > 1 and (args.test_cells or args.adapted):
+        p.error("several --steps choose a length: on validation tissues only, never --test-cells or --adapted")
     args.adapted_dirs = {}
     for tissue, directory in args.adapted or ():
         if tissue not in args.names:
@@ -451,23 +365,26 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
         bj.settings.num_threads = args.threads  # the tl tools' own thread setting: the same count
     info, rows = run_info(), []
-    show = ["representation", "adapt_seed", "stat", "dims", "seconds", "f1", "knn15_agreement",
+    lengths = args.steps or [None]
+    show = ["representation", "adapt_seed", "steps", "stat", "dims", "seconds", "f1", "knn15_agreement",
             *(f"leiden_ari_mean_{res_tag(r)}" for r in args.resolutions),
             *(f"n_clusters_mean_{res_tag(r)}" for r in args.resolutions), "n_types"]
     for name in args.names:
-        set_rows = run_set(name, args.steps, args.scvi_epochs, seeds=tuple(args.seeds), checkpoint=args.checkpoint,
-                           keep=args.keep, adapted_dirs=args.adapted_dirs.get(name, ()),
-                           with_readouts=not args.no_readouts, pca_comps=tuple(args.pca_comps),
-                           baselines=tuple(args.baselines), leiden_seeds=tuple(range(args.leiden_seeds)),
-                           resolutions=tuple(args.resolutions))
-        total = summary(set_rows) if any(r["representation"] == ADAPT for r in set_rows) else {}
-        rows += [r | info for r in [*set_rows, *([total] if total else [])]]
-        t = pd.DataFrame(set_rows)
-        print(f"\n== {name}\n" + t[[c for c in show if c in t]].round(3).to_string(index=False), flush=True)
-        print(pd.Series(total, dtype=object).to_string(), flush=True)
-    path = write_csv(rows, args.csv or f"adapt_vs_scvi_{'_'.join(args.names)}.csv")
+        for i, steps in enumerate(lengths):
+            keep = args.keep / f"steps{steps}" if args.keep and len(lengths) > 1 else args.keep
+            set_rows = run_set(name, steps, args.scvi_epochs, seeds=tuple(args.seeds), checkpoint=args.checkpoint,
+                               keep=keep, adapted_dirs=args.adapted_dirs.get(name, ()),
+                               baselines=tuple(args.baselines) if i == 0 else (),  # once, beside the first length
+                               leiden_seeds=tuple(range(args.leiden_seeds)), resolutions=tuple(args.resolutions))
+            total = summary(set_rows) if any(r["representation"] == ADAPT for r in set_rows) else {}
+            rows += [r | info for r in [*set_rows, *([total] if total else [])]]
+            t = pd.DataFrame(set_rows)
+            print(f"\n== {name}\n" + t[[c for c in show if c in t]].round(3).to_string(index=False), flush=True)
+            print(pd.Series(total, dtype=object).to_string(), flush=True)
+    tag = "" if len(lengths) == 1 else "_steps" + "_".join(map(str, lengths))
+    path = write_csv(rows, args.csv or f"adapt_vs_scvi_{'_'.join(args.names)}{tag}.csv")
     t = pd.DataFrame(headline(rows))
-    if t["set"].nunique() > 1:  # per tissue, side by side (never only the mean)
+    if t["set"].nunique() > 1 and len(lengths) == 1:  # per tissue, side by side (never only the mean)
         cols = ["f1", "leiden_ari_mean", "knn15_agreement", "seconds"]
         print("\n" + t.pivot_table(index="representation", columns="set", values=cols, sort=False).round(3)
               .to_string(), flush=True)

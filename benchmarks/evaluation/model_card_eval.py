@@ -11,8 +11,10 @@ and depth association (``bj.bench.geometry``: ``depth_nnz`` = mean |r| of the le
 norm with detected genes), ``bj.bench.depth_robustness`` (thinning to 50 % and 20 %) and Leiden ARI / NMI
 with scanpy's defaults on the labelled cells (``protocol.leiden_scores``; mean and s.d. over
 ``--leiden-seeds`` seeds, default 10; ``task="clustering"``). On the test cells also the max-token winners per
-cell type against the trivial baseline (each cell's most-expressed gene). ``--baselines scvi`` needs scvi-tools,
-checked before any work (install it in the benchmark's own venv: see the error message).
+cell type against the trivial baseline (each cell's most-expressed gene) and, for a type with a canonical marker
+(:data:`MARKERS`), the marker's share of the type's winners, its rank among them and the type where it wins most.
+``--baselines scvi`` needs scvi-tools, checked before any work (install it in the benchmark's own venv: see the
+error message).
 
     python benchmarks/evaluation/model_card_eval.py NAME=CHECKPOINT [NAME=CHECKPOINT ...] [--tag v0.2] \
         [--sets test] [--baselines pca hvg scvi] [--leiden-seeds 10]
@@ -79,8 +81,13 @@ def score(adata, checkpoints: dict[str, str], seeds, *, batch_key: str | None = 
     return table[table["metric"].isin(keep)].to_dict("records") + leiden
 
 
+#: the canonical marker of a test-cell type (the pancreas's hormones and an acinar enzyme)
+MARKERS = {"alpha": "GCG", "beta": "INS", "delta": "SST", "gamma": "PPY", "epsilon": "GHRL", "acinar": "REG1A"}
+
+
 def max_token_table(adata, checkpoints: dict[str, str]) -> list[dict]:
-    """Per cell type: the commonest winner and the commonest most-expressed gene, with their shares."""
+    """Per cell type: the commonest winner and the commonest most-expressed gene, with their shares; for a type of
+    :data:`MARKERS`, its marker's share of the type's winners, its rank among them and where it wins most."""
     import biomjepa as bj
 
     rows = []
@@ -97,6 +104,11 @@ def max_token_table(adata, checkpoints: dict[str, str]) -> list[dict]:
                 "model_share_of_baseline_gene": float((g["mt_gene"] == top.index[0]).mean()),
                 "winner_is_top_expressed": float(g["mt_is_top_expressed"].mean()),
             })
+            if (marker := MARKERS.get(str(ct))) is not None:
+                wins = (obs["mt_gene"] == marker).groupby(obs["cell_type"], observed=True).mean()
+                rows[-1] |= {"marker": marker, "marker_winner_share": win.get(marker, 0) / len(g),
+                             "marker_rank_in_type": int((win > win.get(marker, 0)).sum()) + 1,
+                             "marker_wins_most_in": wins.idxmax()}
     return rows
 
 

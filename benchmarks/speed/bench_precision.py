@@ -1,9 +1,9 @@
-"""bf16 against float32 on this CPU, side by side in one process: speed, the embedding's error, a training run.
+"""bf16 against float32 on this CPU, side by side in one process: speed, the embedding's error, training, the teacher.
 
     python benchmarks/speed/bench_precision.py [speed] [--cells 256 --train-steps 3 --repeats 2]   # bench_precision.csv
     python benchmarks/speed/bench_precision.py accuracy [--sets validation demo]      # precision_accuracy.csv
-    python benchmarks/speed/bench_precision.py stages [--cells 256] [--variants "" blocks.3.ffn]   # bf16_error_stages.csv
     python benchmarks/speed/bench_precision.py train --steps 60 --batch 16 --window 15   # precision_train_proxy.csv
+    python benchmarks/speed/bench_precision.py teacher [--config CONFIG.yaml] [--batches 6]   # teacher_bf16_error.csv
 
 ``speed`` (the default mode), rows with a float32 and a bf16 figure and their ratio, and the CPU's name, its
 bf16-relevant flags, torch's SIMD capability and the thread count on every row:
@@ -25,28 +25,29 @@ within the bf16 tolerance). One row per set and comparison: per-cell cosine (min
 few-shot (k = 5) macro-F1 of each (``protocol.few_shot_f1``). The float32 batch-7 row is what batch size alone
 changes in float32. ``tests/nn/test_precision_accuracy.py`` holds bf16 on the demo cells to the bounds measured here.
 
-``stages`` (issue 45): the same batches through the model in float32 and under the package's bf16 autocast, every
-stage compared: ``embedding`` (the input states), per block ``i`` ``block{i}.ln1`` (the attention's normalised
-input), ``block{i}.attn`` (its output) and ``block{i}.out`` (the residual stream after the block), ``pool.max`` and
-``pool.top5`` (the halves of ``max_top5``), ``pool`` and ``output`` (mapped by the checkpoint's fixed feature
-statistics: what ``tl.embed`` returns). Token states: ``rel_rms`` = ‖bf16 − fp32‖ / ‖fp32‖ and the per-token cosine
-over gene tokens; cell vectors also ``rel_spread`` = RMS of the difference over the RMS of the cell-to-cell spread
-(what a standardizing map turns the error into). The ``floor`` rows are float32 at batch size 7 against 64.
-``--variants`` compares mixed precision: each is a comma-separated list of encoder submodules (``value_embedding``,
-``blocks.3.ffn``, ``blocks.3``, ...) run in float32 inside the bf16 autocast; ``""`` is plain bf16.
-
 ``train``: ``--steps`` steps of a run config (default ``models/biomjepa-mini-v0.4.yaml``, whose prepared corpus
 cache must exist; ``--batch`` cells a step, warm-up ``--steps // 5``) per ``loop.precision`` and seed of ``--seeds``,
 one after the other; for every logged quantity over the last ``--window`` steps, bf16 − fp32 of the same seed
 against the difference between the float32 seeds. Writes every step of every run (``…_curves.csv``) too.
 
-A bf16 teacher's error in the training targets: ``teacher_bf16_error.py``.
+``teacher``: what a bf16 teacher (CPU autocast) would change in the training targets; the step computes the teacher's
+token states in float32 whatever its precision (``train.jepa.teacher_token_states``). On ``--batches`` micro-batches
+of a run config's corpus (its prepared cache must exist) with that config's teacher view and blocks: the block
+targets ``mean_{g∈T_k} h_g − c`` (``c`` the mean block state over the batches) and the view contrast's per-cell mean
+state, from the same inputs through a float32 and a bf16 teacher, for a trained teacher (``--checkpoint``'s encoder,
+default the bundled) and a freshly initialised one (step 0). Per teacher: ``target_rms`` (RMS of the float32 centred
+targets), ``within_cell_rms`` (what is left after each cell's mean target: the part that tells a cell's blocks
+apart), ``error_rms`` (bf16 − float32) and its ratios ``error_over_target``, ``error_over_within`` (energy ratios are
+the squares); the same for the per-cell view states (``view_*``).
+
+The bf16 error stage by stage inside the encoder, with float32 islands (issue 45: ``bf16_error_stages*.csv``), was
+the ``stages`` mode of ``566751f:benchmarks/speed/bench_precision.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import inspect
 import statistics
 import sys
 import tempfile
@@ -222,150 +223,6 @@ def accuracy(args) -> None:
     print(f"wrote {write_csv(rows, args.out)}")
 
 
-# --- stages -------------------------------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def recorded(encoder):
-    """Forward hooks that keep the float32 copy of every stage's output (``{stage: tensor}``) for the body."""
-    out: dict[str, torch.Tensor] = {}
-
-    def keep(name: str, t: torch.Tensor) -> None:
-        out[name] = t.detach().float().clone()
-
-    handles = [encoder.blocks[0].register_forward_pre_hook(lambda m, a: keep("embedding", a[0]))]
-    for i, block in enumerate(encoder.blocks):
-        handles += [block.ln1.register_forward_hook(lambda m, a, o, i=i: keep(f"block{i}.ln1", o)),
-                    block.attn.register_forward_hook(lambda m, a, o, i=i: keep(f"block{i}.attn", o)),
-                    block.register_forward_hook(lambda m, a, o, i=i: keep(f"block{i}.out", o))]
-    try:
-        yield out
-    finally:
-        for h in handles:
-            h.remove()
-
-
-@contextlib.contextmanager
-def float32_islands(encoder, names: list[str]):
-    """The named submodules of ``encoder`` run in float32 (inputs cast) under an enclosing bf16 autocast."""
-    def float32(forward):
-        def run(*args, **kwargs):
-            args = [a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args]
-            with torch.autocast("cpu", enabled=False):
-                return forward(*args, **kwargs)
-        return run
-
-    saved = [(mod, mod.forward) for mod in map(encoder.get_submodule, names)]
-    for mod, forward in saved:
-        mod.forward = float32(forward)
-    try:
-        yield
-    finally:
-        for mod, forward in saved:
-            mod.forward = forward
-
-
-def forward_stages(model, batch, prec: str) -> dict[str, torch.Tensor]:
-    """Every stage of one batch in ``prec``: token states ``[B, T, D]`` and cell vectors ``[B, ·]``."""
-    from biomjepa._device import autocast
-    from biomjepa.nn.pooling import pool
-
-    with recorded(model.encoder) as stages_out, torch.inference_mode(), autocast(torch.device("cpu"), prec):
-        hidden = model.hidden(batch)
-        pooled = pool(hidden, batch.gene_mask, batch.values, model.config.pooling).float()
-    # the model's own map of its pooled output (BiomJEPA.forward), without a second pass through the encoder
-    output = pooled if model.feature_mean is None else (pooled - model.feature_mean) / model.feature_scale
-    if model.feature_whiten is not None:
-        output = (output.double() @ model.feature_whiten.double()).float()
-    d = pooled.shape[1] // 2
-    return {**stages_out, "pool.max": pooled[:, :d], "pool.top5": pooled[:, d:], "pool": pooled, "output": output}
-
-
-def token_diff(ref: torch.Tensor, got: torch.Tensor, gene_mask: torch.Tensor) -> dict:
-    """``rel_rms`` and per-token cosine over the gene tokens of ``[B, T, D]`` states."""
-    r, g = ref[gene_mask].double(), got[gene_mask].double()
-    cos = torch.nn.functional.cosine_similarity(r, g, dim=1)
-    return {"rel_rms": float((g - r).norm() / r.norm()), "cosine_min": float(cos.min()),
-            "cosine_mean": float(cos.mean()), "n": int(r.shape[0])}
-
-
-def cell_diff(ref: np.ndarray, got: np.ndarray) -> dict:
-    """``rel_rms``, per-cell cosine and the error relative to the cell-to-cell spread of ``[n, d]`` vectors."""
-    ref, got = ref.astype(np.float64), got.astype(np.float64)
-    err = got - ref
-    cos = (ref * got).sum(1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1))
-    spread = np.sqrt(np.mean(ref.std(0) ** 2))
-    return {"rel_rms": float(np.linalg.norm(err) / np.linalg.norm(ref)), "cosine_min": float(cos.min()),
-            "cosine_mean": float(cos.mean()), "rel_spread": float(np.sqrt(np.mean(err**2)) / spread), "n": len(ref)}
-
-
-def tokenized(adata, n_cells: int, seed: int = 0):
-    """``n_cells`` cells of ``adata`` (seeded sample, input order kept) as ``TokenizedCells``."""
-    from biomjepa.data.stream import iter_tokenized
-    from biomjepa.data.tokenize import concat_cells
-
-    rows = np.sort(np.random.default_rng(seed).choice(adata.n_obs, min(n_cells, adata.n_obs), replace=False))
-    return concat_cells([c for _, c in iter_tokenized(adata[rows].copy())])
-
-
-def measure_stages(name: str, adata, n_cells: int, batch_size: int, variants: list[str],
-                   checkpoint: str | None = None) -> list[dict]:
-    """Stage rows of one cell set: each bf16 variant against float32, and the float32 batch-size floor."""
-    from biomjepa._pretrained import load_model
-    from biomjepa.data.collate import collate, sorted_batches
-    from biomjepa.nn.inference import embed_cells
-
-    model = load_model(checkpoint).eval()
-    cells = tokenized(adata, n_cells)
-    batches = [collate(cells.subset(rows), model.config.vocab_size) for rows in sorted_batches(cells.lengths, batch_size)]
-    refs = [(batch, forward_stages(model, batch, "fp32")) for batch in batches]
-    out = []
-    for variant in variants:
-        with float32_islands(model.encoder, [n for n in variant.split(",") if n]):
-            got = [forward_stages(model, batch, "bf16") for batch in batches]
-        out += [{"set": name, "variant": variant or "bf16", **r} for r in compare_stages(refs, got)]
-    at64 = embed_cells(model, cells, batch_size=batch_size, precision="fp32")
-    at7 = embed_cells(model, cells, batch_size=7, precision="fp32")
-    out.append({"set": name, "variant": "fp32", "stage": f"floor: output, fp32 batch 7 vs {batch_size}", "kind": "cells",
-                **cell_diff(at64, at7)})
-    return out
-
-
-def compare_stages(refs: list, got: list[dict]) -> list[dict]:
-    """One row per stage: token stages pooled over batches (token-weighted), cell stages over all cells."""
-    tokens: dict[str, list[dict]] = {}
-    cells: dict[str, tuple[list, list]] = {}
-    for (batch, ref), bf16 in zip(refs, got):
-        for stage, r in ref.items():
-            if r.dim() == 3:
-                tokens.setdefault(stage, []).append(token_diff(r, bf16[stage], batch.gene_mask))
-            else:
-                pair = cells.setdefault(stage, ([], []))
-                pair[0].append(r.numpy())
-                pair[1].append(bf16[stage].numpy())
-    rows = []
-    for s, parts in tokens.items():
-        n = np.array([p["n"] for p in parts], float)
-        rows.append({"stage": s, "kind": "tokens",
-                     "rel_rms": float(np.sqrt(np.average([p["rel_rms"] ** 2 for p in parts], weights=n))),
-                     "cosine_min": min(p["cosine_min"] for p in parts),
-                     "cosine_mean": float(np.average([p["cosine_mean"] for p in parts], weights=n)), "n": int(n.sum())})
-    return rows + [{"stage": s, "kind": "cells", **cell_diff(np.concatenate(r), np.concatenate(g))}
-                   for s, (r, g) in cells.items()]
-
-
-def stages(args) -> None:
-    import pandas as pd
-
-    info, rows = machine(), []
-    for name in present(args.sets):
-        rows += [r | info for r in measure_stages(name, load_set(name), args.cells, args.batch_size,
-                                                  args.variants, args.checkpoint)]
-    t = pd.DataFrame(rows)
-    print(t[["set", "variant", "stage", "kind", "rel_rms", "cosine_min", "cosine_mean", "rel_spread"]].round(5)
-          .to_string(index=False))
-    print(write_csv(rows, args.out))
-
-
 # --- train --------------------------------------------------------------------------------------------------------
 
 QUANTITIES = ("loss", "align", "cosine", "var", "view_nce", "view_nce_acc", "effective_rank", "cells_per_s")
@@ -413,9 +270,94 @@ def train(args) -> None:
     print(f"wrote {write_csv(rows, args.out)}")
 
 
+# --- teacher ------------------------------------------------------------------------------------------------------
+
+def teacher_states(teacher, inputs, n_units: int, bf16: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Target-gene states ``[M, D]`` and per-cell mean states ``[n, D]`` (float32 results either way)."""
+    from biomjepa.nn.pooling import mean_state
+
+    t = inputs.teacher
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        h = teacher(t.gene_ids, t.values.float(), t.mask).float()
+    n, T, D = h.shape
+    cell = torch.div(inputs.tgt_unit, n_units, rounding_mode="floor")
+    return h.reshape(n * T, D)[cell * T + inputs.tgt_pos], mean_state(h, t.gene_mask)
+
+
+def micro_batches(cfg, n: int) -> list:
+    """``n`` micro-batches of the run's inputs (blocks, teacher view), as the training step receives them."""
+    from biomjepa.train.distributed import init_distributed
+    from biomjepa.train.loop import Trainer
+
+    tr = Trainer(cfg, init_distributed("cpu"))
+    data = tr.batches()
+    one_arg = len(inspect.signature(tr._micro).parameters) == 1  # prepared by the loader, or prepared here
+    out = []
+    for i in range(n):
+        tr.step = i
+        out.append(tr._micro(next(data)) if one_arg else tr._micro(next(data), 0))
+    return out
+
+
+def teacher_error(teacher, batches: list, label: str) -> dict:
+    """One row: the bf16 teacher's error in the centred block targets and the view states, against their energy."""
+    from biomjepa.train.targets import unit_means
+
+    per = []
+    for inputs in batches:
+        n_units = inputs.valid.shape[1]
+        rows = inputs.valid.numel()
+        valid = inputs.valid.reshape(-1)
+        got = {}
+        for bf16 in (False, True):
+            states, cell_state = teacher_states(teacher, inputs, n_units, bf16)
+            means, _ = unit_means(states, inputs.tgt_unit, rows)
+            got[bf16] = (means[valid], cell_state)
+        cell = torch.arange(inputs.valid.shape[0]).repeat_interleave(n_units)[valid]
+        per.append((got[False], got[True], cell))
+    centre = torch.cat([f[0] for f, _, _ in per]).mean(0)  # the global centre the run's EMA tracks
+    t32 = torch.cat([f[0] - centre for f, _, _ in per])
+    t16 = torch.cat([b[0] - centre for _, b, _ in per])
+    within = []
+    for f, _, cell in per:
+        t = f[0] - centre
+        level, _ = unit_means(t, cell, int(cell.max()) + 1)
+        within.append(t - level[cell])
+    v32 = torch.cat([f[1] - f[1].mean(0) for f, _, _ in per])  # the view contrast centres on the batch
+    v16 = torch.cat([b[1] - f[1].mean(0) for f, b, _ in per])
+    rms = lambda x: float(x.pow(2).mean().sqrt())  # noqa: E731
+    err, verr = rms(t16 - t32), rms(v16 - v32)
+    return {"teacher": label, "units": len(t32), "target_rms": rms(t32), "within_cell_rms": rms(torch.cat(within)),
+            "error_rms": err, "error_over_target": err / rms(t32), "error_over_within": err / rms(torch.cat(within)),
+            "view_rms": rms(v32), "view_error_rms": verr, "view_error_over_view": verr / rms(v32),
+            "token_rms": rms(torch.cat([f[0] for f, _, _ in per]))}
+
+
+def teacher(args) -> None:
+    import biomjepa as bj
+    from biomjepa._device import cpu_bf16_units
+    from biomjepa.nn import Encoder
+    from biomjepa.train import load_config
+
+    cfg = load_config(args.config, [f"run.out_dir={tempfile.mkdtemp()}", "loop.tensorboard=false",
+                                    "loop.progress=false", "probe.path=null", "model.gene_init=random"])
+    batches = micro_batches(cfg, args.batches)
+    model = bj.load_model(args.checkpoint)
+    trained = model.encoder.eval()
+    torch.manual_seed(0)
+    fresh = Encoder(trained.config).eval()
+    rows = [teacher_error(trained, batches, f"trained ({model.info.get('name', 'checkpoint')})"),
+            teacher_error(fresh, batches, "fresh (step 0)")]
+    for r in rows:
+        r |= {"config": Path(args.config).name, "batches": args.batches,
+              "cpu_bf16_units": " ".join(cpu_bf16_units()) or "none"}
+        print({k: round(v, 6) if isinstance(v, float) else v for k, v in r.items()})
+    print(f"wrote {write_csv(rows, args.out)}")
+
+
 # --- command line -------------------------------------------------------------------------------------------------
 
-MODES = {"speed": speed, "accuracy": accuracy, "stages": stages, "train": train}
+MODES = {"speed": speed, "accuracy": accuracy, "train": train, "teacher": teacher}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -428,22 +370,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     s.add_argument("--genes", type=int, default=1500, help="observed genes per synthetic training cell")
     s.add_argument("--repeats", type=int, default=3, help="alternating rounds of the GEMM and embed timings")
     s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    for name, help_ in (("accuracy", "bf16 against float32 embeddings"), ("stages", "the error stage by stage")):
-        a = sub.add_parser(name, help=help_)
-        a.add_argument("--sets", nargs="+", default=["validation", "demo"], choices=["validation", "demo"])
-        a.add_argument("--checkpoint", default=None, help="registry name or directory (default: the bundled model)")
-    st = sub.choices["stages"]
-    st.add_argument("--cells", type=int, default=256, help="cells per set (seeded sample)")
-    st.add_argument("--batch-size", type=int, default=64)
-    st.add_argument("--variants", nargs="+", default=[""],
-                    help='float32 islands per variant: comma-separated encoder submodules ("" = plain bf16)')
+    a = sub.add_parser("accuracy", help="bf16 against float32 embeddings")
+    a.add_argument("--sets", nargs="+", default=["validation", "demo"], choices=["validation", "demo"])
     t = sub.add_parser("train", help="a short pretraining run in both precisions")
     t.add_argument("--config", default=str(REPO / "models" / "biomjepa-mini-v0.4.yaml"))
     t.add_argument("--steps", type=int, default=150)
     t.add_argument("--batch", type=int, default=32)
     t.add_argument("--seeds", type=int, nargs="+", default=[42, 43])
     t.add_argument("--window", type=int, default=30, help="last steps whose means are compared")
-    for name, out in zip(MODES, ("bench_precision", "precision_accuracy", "bf16_error_stages", "precision_train_proxy")):
+    te = sub.add_parser("teacher", help="a bf16 teacher's error in the training targets")
+    te.add_argument("--config", default=str(REPO / "models" / "biomjepa-mini-v0.4.yaml"))
+    te.add_argument("--batches", type=int, default=6)
+    for name in ("accuracy", "teacher"):
+        sub.choices[name].add_argument("--checkpoint", default=None,
+                                       help="registry name or directory (default: the bundled model)")
+    for name, out in zip(MODES, ("bench_precision", "precision_accuracy", "precision_train_proxy", "teacher_bf16_error")):
         sub.choices[name].add_argument("--out", default=f"{out}.csv", help="CSV name under benchmarks/results/")
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in MODES and argv[0] not in ("-h", "--help")):

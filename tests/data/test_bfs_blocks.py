@@ -5,7 +5,7 @@ every frontier gene's whole neighbour list and deduplicates through a ``pairs ×
 (:mod:`biomjepa.data.graph.bfs`) must return the same arrays (values, dtype, order) and leave ``rng`` in the same
 state, on random graphs (unsorted lists, duplicate entries, self-loops, isolated genes), random seeds and sizes, and
 the edge cases; and read no more neighbour entries than the reference, far fewer when a level is truncated.
-``benchmarks/speed/bench_bfs.py`` times the two side by side and imports the reference from here.
+``bb9770e:benchmarks/speed/bench_bfs.py`` timed the two side by side (``benchmarks/results/bench_bfs.csv``).
 """
 
 from __future__ import annotations
