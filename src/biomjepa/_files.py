@@ -28,7 +28,7 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +56,8 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[Path]:
+def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp",
+                replaced: Callable[[], object] | None = None) -> Iterator[Path]:
     """A new, empty temporary file in ``target``'s directory, renamed over ``target`` when the block succeeds.
 
     The name is random (``.<target name>.<random><suffix>``) and the file is created exclusively,
@@ -64,7 +65,8 @@ def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[
     replaces, else ``0o666`` less the umask (as ``open`` would give), also when the writer recreated
     it. When the block raises, the temporary file is removed and ``target`` is left as it was. A
     ``target`` that exists and is not a regular file (``/dev/null``, a FIFO, a link to one) is refused
-    before anything is created (:func:`check_regular_target`).
+    before anything is created (:func:`check_regular_target`). ``replaced()`` (the caller's record of the new
+    file) runs right after the rename with stop signals held over both, so a stop never parts them.
 
     Examples
     --------
@@ -84,7 +86,10 @@ def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[
         os.chmod(tmp, mode)
         yield tmp
         os.chmod(tmp, mode)  # a writer that recreated the file (safetensors does, 0600) gets the mode back
-        os.replace(tmp, target)
+        with stops_held():
+            os.replace(tmp, target)
+            if replaced is not None:
+                replaced()
     except BaseException:
         with stops_held():  # the clean-up is not cut short by another stop signal
             tmp.unlink(missing_ok=True)
@@ -225,6 +230,15 @@ class Lock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def output_lock(output: str | os.PathLike, *, what: str | None = None, fix: str | None = None) -> Lock:
+    """The lock of every writer of a user's file (``embed IN OUT``, ``--embed``, ``write_obsm``): ``.NAME.lock`` beside
+    the file ``output`` names (a link followed), removed when given back (:func:`lock`; ``what``/``fix``: its refusal)."""
+    target = Path(output).resolve() if Path(output).is_symlink() else Path(output)
+    return lock(target.with_name(f".{target.name}.lock"), what=what or f"The output {output}", remove=True,
+                fix=fix or "Two commands writing one file keep only one's result: wait for that one to finish, or "
+                           "give this one another output file.")
 
 
 def lock(path: str | os.PathLike, *, shared: bool = False, what: str, fix: str, remove: bool = False) -> Lock:

@@ -133,7 +133,9 @@ def run_atlas(args: argparse.Namespace) -> None:
 
 def stop_left(store: str, write_obsm: bool = False) -> str:
     """What a stopped atlas command left in ``store``, and that running it again resumes it (blocks are written
-    whole under a stop signal; a half-created store is created again)."""
+    whole under a stop signal; a half-created store is created again; each input ``write_obsm`` replaces is either
+    the new file, recorded in the store, or the old one: the line names those written)."""
+    from ..embed.obsm import obsm_written_into
     from ..embed.store import AtlasStore
 
     again = "running the same command again"
@@ -144,13 +146,21 @@ def stop_left(store: str, write_obsm: bool = False) -> str:
         done = sum(int(st.done(i["name"]).sum()) for i in st.manifest["inputs"])
         total = sum(len(st.bounds(i["name"])) for i in st.manifest["inputs"])
         complete, obsm = st.root.attrs.get("complete", False), st.root.attrs.get("obsm_written", False)
+        written, n_inputs = obsm_written_into(st.manifest), len(st.manifest["inputs"])
     except Exception:  # unreadable now: the next run verifies every block it would skip
         return f"{store} keeps the blocks written so far; {again} resumes it."
     if not complete:
         return f"{store} holds {done} of {total} blocks, each written whole; {again} resumes it from there."
     if write_obsm and not obsm:
-        return f"{store} is complete but obsm is not written into every input; {again} writes it."
+        into = f"written into {len(written)} of {n_inputs} inputs ({_first(written)})" if written else "written into no input"
+        return (f"{store} is complete; obsm['X_biomjepa'] was {into}, the others are as they were; {again} writes "
+                "it into them.")
     return f"{store} is complete."
+
+
+def _first(paths: list[str], n: int = 10) -> str:
+    """``paths`` for one line: the first ``n``, then how many more."""
+    return ", ".join(paths[:n]) + (f" (+{len(paths) - n} more)" if len(paths) > n else "")
 
 
 def _run_atlas(args: argparse.Namespace) -> None:

@@ -38,16 +38,12 @@ def writing(output: str | os.PathLike | None, left: Callable[[bool], str]) -> It
     biomjepa._files.LockBusy
         Another process writes ``output``; the message names it.
     """
-    from .._files import lock
+    from .._files import output_lock
     from .._stops import sigterm_interrupts
     from .errors import stopped
 
     target = output_target(output) if output is not None else None
-    held = contextlib.nullcontext() if target is None else lock(
-        target.with_name(f".{target.name}.lock"), what=f"The output {output}", remove=True,
-        fix="Two commands writing one file keep only one's result: wait for that one to finish, or give this one "
-            "another output file.")
-    with held:
+    with contextlib.nullcontext() if output is None else output_lock(output):
         before = _identity(target)
         try:
             with sigterm_interrupts("stopped by SIGTERM"):

@@ -4,49 +4,86 @@ Each input is copied to a temporary file next to it, ``obsm["X_biomjepa"]`` is w
 copy block by block (never the whole matrix in memory) together with
 ``uns["biomjepa"]["params"]`` (the embedding's record, replaced whole: only ``bj.pp.map_vocab``'s
 ``uns["biomjepa"]["vocab"]`` stays), and the copy replaces the input (``os.replace``): a kill leaves the
-input as it was. The store's manifest is then updated with the new size and mtime of each file,
-so re-running the same command still recognises its inputs.
+input as it was. The store's manifest then records the new size and mtime of the file and that it holds the
+embedding (``obsm: true``), in one step with the rename that no stop signal parts
+(:func:`~biomjepa._files.atomic_path`), so re-running the same command still recognises its inputs and writes
+only those a stop left as they were (:func:`obsm_written_into` says which). Every input is locked as the other
+writers of a file lock it (:func:`inputs_locked`), before the first is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from .._files import atomic_path
+from .._files import atomic_path, output_lock
 from .store import KEY, OBSM, AtlasStore
 
 logger = logging.getLogger(__name__)
 
 
+@contextlib.contextmanager
+def inputs_locked(paths: list[str]) -> Iterator[None]:
+    """Hold the lock of each input ``write_obsm`` replaces (:func:`~biomjepa._files.output_lock`, that of ``biomjepa
+    embed IN OUT``), all taken before any is written: another command writing one of them is refused, or refuses.
+
+    Raises
+    ------
+    biomjepa._files.LockBusy
+        Another process writes one of ``paths``; the message names the file and the process.
+    """
+    with contextlib.ExitStack() as stack:
+        for p in paths:
+            stack.enter_context(output_lock(p, what=f"The input {p}, which write_obsm=True replaces,", fix=(
+                "Two commands writing one file keep only one's result: wait for that one to finish, or leave out "
+                "write_obsm=True.")))
+        yield
+
+
+def obsm_written_into(manifest: dict) -> list[str]:
+    """The inputs of a store's ``manifest`` that ``write_obsm`` has replaced by a copy holding the embedding."""
+    return [i["path"] for i in manifest["inputs"] if i.get("obsm")]
+
+
 def write_obsm_all(st: AtlasStore) -> None:
-    """Write ``obsm["X_biomjepa"]`` into every input of the complete store ``st`` (see module docstring)."""
+    """Write ``obsm["X_biomjepa"]`` into every input of the complete store ``st`` not yet holding it (see module
+    docstring)."""
     if not st.root.attrs.get("complete", False):
         raise RuntimeError(f"{st.path} is not complete; obsm is written only once every block is done")
-    for k, inp in enumerate(st.manifest["inputs"]):
-        p = Path(inp["path"])
-        stat = p.stat()
-        if (stat.st_size, stat.st_mtime_ns) != (inp["size"], inp["mtime_ns"]):
-            raise RuntimeError(f"{p} changed since it was embedded; not writing obsm into it")
-        _write_one(st, inp, p)
-        stat = p.stat()  # recorded at once, so a kill before the next input leaves the store resumable
-        inputs = list(st.manifest["inputs"])
-        inputs[k] = {**inp, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-        st.manifest = {**st.manifest, "inputs": inputs}
-        st.root.attrs[KEY] = st.manifest
-        logger.info("wrote obsm[%r] into %s", OBSM, p)
-    st.root.attrs["obsm_written"] = True
+    with inputs_locked([i["path"] for i in st.manifest["inputs"]]):
+        for k, inp in enumerate(st.manifest["inputs"]):
+            if inp.get("obsm"):  # written by an earlier run that a stop ended
+                continue
+            p = Path(inp["path"])
+            stat = p.stat()
+            if (stat.st_size, stat.st_mtime_ns) != (inp["size"], inp["mtime_ns"]):
+                raise RuntimeError(f"{p} changed since it was embedded; not writing obsm into it")
+            _write_one(st, inp, p, replaced=lambda k=k, p=p: _record(st, k, p))
+            logger.info("wrote obsm[%r] into %s", OBSM, p)
+        st.root.attrs["obsm_written"] = True
 
 
-def _write_one(st: AtlasStore, inp: dict, path: Path) -> None:
+def _record(st: AtlasStore, k: int, path: Path) -> None:
+    """Record in the manifest that input ``k`` is now ``path``'s new file, holding the embedding."""
+    stat = path.stat()
+    inputs = list(st.manifest["inputs"])
+    inputs[k] = {**inputs[k], "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "obsm": True}
+    st.manifest = {**st.manifest, "inputs": inputs}
+    st.root.attrs[KEY] = st.manifest
+
+
+def _write_one(st: AtlasStore, inp: dict, path: Path, replaced) -> None:
     import h5py
     from anndata.io import read_elem, write_elem
 
     g = st.root[inp["name"]]
-    with atomic_path(path, suffix=".h5ad") as tmp:  # a random name, created exclusively; renamed over the input
+    # a random name, created exclusively; renamed over the input, then replaced() records it (no stop in between)
+    with atomic_path(path, suffix=".h5ad", replaced=replaced) as tmp:
         shutil.copyfile(path, tmp)
         with h5py.File(tmp, "r+") as f:
             names = np.asarray(read_elem(f["obs"][f["obs"].attrs["_index"]]))

@@ -34,6 +34,7 @@ import numpy as np
 from .._stops import stops_held
 from ..data.adapted_genes import OutsideShare
 from .inputs import AtlasInput, check_read_args, input_source, open_input, resolve_inputs
+from .obsm import inputs_locked, write_obsm_all
 from .store import FORMAT, AtlasStore, lock_store, manifest_differences
 
 logger = logging.getLogger(__name__)
@@ -144,8 +145,10 @@ def embed_atlas(
     inps = resolve_inputs(list(inputs), writable=write_obsm)
     store = check_store_path(store)
     read_kw = check_read_args(layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
-    # rank 0 creates, overwrites and completes the store: it holds the store's lock throughout
-    with lock_store(store) if rank == 0 else contextlib.nullcontext():
+    # rank 0 creates, overwrites and completes the store: it holds the store's lock throughout (and write_obsm's
+    # inputs' locks: a command writing one of them is refused now, not after the embedding)
+    held = inputs_locked([i.path for i in inps]) if rank == 0 and write_obsm else contextlib.nullcontext()
+    with lock_store(store) if rank == 0 else contextlib.nullcontext(), held:
         dev = resolve_device(device)
         if dev.type == "cuda" and dev.index is None:
             dev = _cuda(local)
@@ -168,8 +171,6 @@ def embed_atlas(
         if rank == 0:
             _finish(st, inps, wait_timeout=None)
             if write_obsm and not st.root.attrs.get("obsm_written", False):
-                from .obsm import write_obsm_all
-
                 write_obsm_all(st)
             out["n_obs"] = sum(i["n_obs"] for i in st.manifest["inputs"])
             out["complete"] = True
