@@ -6,6 +6,7 @@ A random ``tiny`` checkpoint and 240 synthetic cells of three planted types, a f
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import warnings
 from pathlib import Path
@@ -440,6 +441,7 @@ def test_a_stop_signal_leaves_no_checkpoint_and_the_anndata_unchanged(tmp_path, 
         return real(*a, **k)
 
     monkeypatch.setattr(loop, "compute_objective", signalled)
+    caplog.set_level(logging.INFO, logger="biomjepa")
     adata = cells()
     before = adata.copy()
     with pytest.raises(KeyboardInterrupt, match=signal.Signals(signum).name):
@@ -448,6 +450,8 @@ def test_a_stop_signal_leaves_no_checkpoint_and_the_anndata_unchanged(tmp_path, 
     assert list(tmp_path.iterdir()) == []  # no checkpoint, no scratch directory
     _assert_unchanged(adata, before)
     assert "run the same command" not in caplog.text  # the scratch run is gone: nothing to resume
+    stopped = [r for r in caplog.records if "stopped" in r.getMessage() and r.levelno >= logging.INFO]
+    assert stopped == []  # said once, by the KeyboardInterrupt's message, not also by the training loop
 
 
 def test_an_interrupt_while_embedding_undoes_every_write(tmp_path, base, monkeypatch):

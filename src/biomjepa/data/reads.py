@@ -4,8 +4,8 @@ Smart-seq, C1 and STRT data count *reads*, 0.2–2.9 M per cell, where droplet d
 (UMIs, 2–10 k per cell). Tokenized alike, ``log1p(1e4 · c / total)``, the two reach the encoder on
 different scales: in a read-count cell most observed genes carry a few reads out of millions, so 45–85 %
 of its tokens fall below ``log 2`` (a droplet cell's smallest value is ``log1p(1e4 / total)`` ≈ 1.1–1.8),
-and its library token reads ``log10(total)`` ≈ 5.3–6.5 against 3.0–4.3 (``benchmarks/evaluation/
-value_scale.py`` prints both per source).
+and its library token reads ``log10(total)`` ≈ 5.3–6.5 against 3.0–4.3
+(``f5d7c3d:benchmarks/evaluation/value_scale.py`` printed both per source).
 
 :func:`molecule_equivalents` puts a read-count cell on the scale of a droplet cell with
 :data:`~biomjepa.data.tokenize.SCALE` (10,000) molecules: counts per 10,000 (``1e4 · c / total``),

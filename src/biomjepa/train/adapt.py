@@ -266,7 +266,7 @@ def _train(cfg, clock: _StepClock) -> dict:
     from .signals import last_stop_signal
 
     with _health_logged(), _string_notice_in_adapt_words():
-        pretrain(cfg, stop_when=clock, resumable=False)
+        pretrain(cfg, stop_when=clock, resumable=False, report_stop=False)  # adapt says how it stopped
     signum = last_stop_signal()
     if signum is not None:
         raise KeyboardInterrupt(f"adapt stopped by {signal.Signals(signum).name}; nothing was written.")
