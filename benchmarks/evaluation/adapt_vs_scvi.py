@@ -41,7 +41,7 @@ biomjepa's dependencies::
     python -m venv --system-site-packages .venv-scvi && .venv-scvi/bin/pip install "scvi-tools>=1.1"
     .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py                  # pbmc brain immune, seeds 0 1 2
     .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py --tissues brain --seeds 0
-    python benchmarks/evaluation/adapt_vs_scvi.py --tissues pbmc brain --seeds 0 --steps 50 75 --baselines  # lengths
+    python benchmarks/evaluation/adapt_vs_scvi.py --tissues pbmc brain --seeds 0 --steps 50 75 --baselines  # lengths; bare: none
     .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py --test-cells     # the test cells, once
     CUDA_VISIBLE_DEVICES= .venv-scvi/bin/python benchmarks/evaluation/adapt_vs_scvi.py --threads 4   # a laptop
 
@@ -339,8 +339,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.resolutions = sorted(set(args.resolutions))
     if args.leiden_seeds < 1:
         p.error("--leiden-seeds must be >= 1")
-    if args.steps is not None and min(args.steps) < 1:
-        p.error("--steps must be positive integers")
+    if args.steps is not None and (min(args.steps) < 1 or len(set(args.steps)) < len(args.steps)):
+        p.error("--steps must be distinct positive integers")
     if args.steps is not None and len(args.steps) > 1 and (args.test_cells or args.adapted):
         p.error("several --steps choose a length: on validation tissues only, never --test-cells or --adapted")
     args.adapted_dirs = {}

@@ -108,7 +108,7 @@ def max_token_table(adata, checkpoints: dict[str, str]) -> list[dict]:
                 wins = (obs["mt_gene"] == marker).groupby(obs["cell_type"], observed=True).mean()
                 rows[-1] |= {"marker": marker, "marker_winner_share": win.get(marker, 0) / len(g),
                              "marker_rank_in_type": int((win > win.get(marker, 0)).sum()) + 1,
-                             "marker_wins_most_in": wins.idxmax()}
+                             "marker_wins_most_in": wins.idxmax() if wins.max() > 0 else None}
     return rows
 
 

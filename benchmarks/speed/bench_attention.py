@@ -12,8 +12,8 @@ the baseline ``VmRSS`` is read, one forward pass runs, and ``VmHWM`` − baselin
 (MiB; first call in the process, so it includes any one-time workspace). The same process then
 times best-of-``--repeats`` further calls (the first call is the warm-up). Reports the speed-ups,
 the encoder's FLOP-ratio bound 1 + n / (6 d) (FFN and projections cost the same in both), and the
-fitted log–log exponents of time and memory in n over n ≥ ``--fit-from`` (issue 7 asked ≤ 1.05 of the linear
-path, a core speed-up ≥ 4 at 4k and ≥ 15 at 16k tokens and ≥ 0.9 of the bound in the encoder).
+fitted log–log exponents of time and memory in n over n ≥ ``--fit-from`` (issue 7 asked the linear path's exponents
+≤ 1.05, a core speed-up ≥ 4 at 4k and ≥ 15 at 16k tokens and ≥ 0.9 of the bound in the encoder).
 
 Allocator note: glibc serves tensors above its mmap threshold (≤ 32 MiB) with fresh mappings that
 are page-faulted (and zeroed by the kernel) on every call, a per-element cost that grows the

@@ -1,13 +1,12 @@
-"""Training speed of two source trees on a real corpus, side by side (issue 55): cells/s from the runs' own logs.
+"""Training speed of source trees on a real corpus, side by side (issue 55): cells/s from the runs' own logs.
 
-``bench_train.py`` times one code version on synthetic cells, whose random gene graph makes the block search
-cheap. This runs the real loop of each ``--tree NAME=SRC`` (a checkout's ``src`` directory, put first on
-``PYTHONPATH``, so another commit needs only ``git worktree add``) on the corpus of ``--config`` for ``--steps``
-steps, in fresh processes that take turns (``--rounds``, alternating order) on the same cores. Each run has its
-own output and corpus cache directory under ``--work`` (the cache is built in its first round; speeds are logged
-per step, so building it is not timed); a tree's figure is the median of the logged ``cells_per_s`` after ``--skip`` warm-up steps, over all
-its rounds, and ``ratio`` is that median over the first tree's. Rows (with the CPU's name and flags) go to
-``results/<--out>``. CPU-heavy: run it on idle cores.
+Each ``--tree NAME=SRC`` (a checkout's ``src``, first on ``PYTHONPATH``: another commit needs only ``git worktree
+add``) trains ``--steps`` steps on ``--config``'s corpus in fresh processes taking turns (``--rounds``, order
+alternating) on the same cores, each with its own run and cache directory under ``--work`` (speeds are logged per
+step, so building a cache is not timed). A tree's figure is the median logged ``cells_per_s`` after ``--skip``
+steps over its rounds; ``ratio`` is over the first tree's. Rows, with the CPU's name and flags, go to
+``results/<--out>``. Unlike ``bench_train.py``'s synthetic cells, the corpus's real gene graph sets the block search's
+cost. CPU-heavy: idle cores only.
 
     git worktree add /tmp/bj-12c76dc 12c76dc
     python benchmarks/speed/train_side_by_side.py --config models/biomjepa-mini-v0.5.yaml \\
@@ -19,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,19 +29,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `b
 from benchmarks._common import machine, write_csv
 
 
-def _run(src: Path, config: str, work: Path, steps: int, threads: int) -> Path:
-    """Train ``steps`` steps with the package in ``src``; the run's log.csv."""
-    env = {**os.environ, "PYTHONPATH": str(src.resolve()), "OMP_NUM_THREADS": str(threads)}
+def _speeds(src: Path, config: str, work: Path, a: argparse.Namespace) -> list[float]:
+    """Train ``--steps`` steps with the package in ``src``; the logged cells/s from step ``--skip`` on."""
+    env = {**os.environ, "PYTHONPATH": str(src.resolve()), "OMP_NUM_THREADS": str(a.threads)}
     sets = [f"run.out_dir={work / 'runs'}", f"data.cache_dir={work / 'cache'}", "run.run_name=bench",
-            f"run.steps={steps}", "loop.checkpoint_every=100000", "loop.progress=false"]
-    cmd = [sys.executable, "-m", "biomjepa.train", config] + [a for s in sets for a in ("--set", s)]
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return work / "runs" / "bench" / "log.csv"
-
-
-def _speeds(log: Path, skip: int) -> list[float]:
-    with open(log, newline="") as f:
-        return [float(r["cells_per_s"]) for r in csv.DictReader(f) if int(r["step"]) >= skip]
+            f"run.steps={a.steps}", "loop.checkpoint_every=100000", "loop.progress=false"]
+    cmd = [sys.executable, "-m", "biomjepa.train", config] + [x for s in sets for x in ("--set", s)]
+    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"training with {src} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    with open(work / "runs" / "bench" / "log.csv", newline="") as f:
+        return [float(r["cells_per_s"]) for r in csv.DictReader(f) if int(r["step"]) >= a.skip]
 
 
 def main(argv=None) -> None:
@@ -56,17 +54,17 @@ def main(argv=None) -> None:
     p.add_argument("--work", default="/tmp/train_side_by_side")
     p.add_argument("--out", default="train_side_by_side.csv")
     a = p.parse_args(argv)
-    if a.skip >= a.steps:
-        p.error(f"--skip {a.skip} leaves no timed step of --steps {a.steps}: give --steps above --skip")
-    trees = dict(t.split("=", 1) for t in a.tree)
+    if not 0 <= a.skip < a.steps or a.rounds < 1:
+        p.error(f"--skip {a.skip}, --steps {a.steps}, --rounds {a.rounds}: give 0 <= skip < steps and rounds >= 1")
+    pairs = [t.partition("=")[::2] for t in a.tree]
+    if not all(name and src for name, src in pairs) or len({n for n, _ in pairs}) < len(pairs):
+        p.error(f"--tree {' '.join(a.tree)}: give distinct NAME=SRC pairs, e.g. --tree old=/tmp/old/src --tree main=src")
+    trees, rows = dict(pairs), []
     speeds: dict[str, list[float]] = {name: [] for name in trees}
-    rows = []
     for r in range(a.rounds):
-        order = list(trees) if r % 2 == 0 else list(trees)[::-1]
-        for name in order:
-            work = Path(a.work) / name
-            subprocess.run(["rm", "-rf", str(work / "runs")], check=True)
-            got = _speeds(_run(Path(trees[name]), a.config, work, a.steps, a.threads), a.skip)
+        for name in (list(trees) if r % 2 == 0 else list(trees)[::-1]):
+            shutil.rmtree(Path(a.work) / name / "runs", ignore_errors=True)
+            got = _speeds(Path(trees[name]), a.config, Path(a.work) / name, a)
             speeds[name] += got
             rows.append({"tree": name, "round": r + 1, "median_cells_per_s": statistics.median(got)})
             print(f"round {r + 1} {name}: {rows[-1]['median_cells_per_s']:.1f} cells/s", flush=True)
