@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from biomjepa.data import input_identity
-from biomjepa.data.input_identity import changed, file_sha256, refreshed, with_sha256
+from biomjepa.data.input_identity import (
+    changed,
+    file_sha256,
+    refreshed,
+    size_text,
+    to_hash,
+    undigested,
+    with_sha256,
+)
 from biomjepa.data.shards import corpus_inputs, prepare_corpus
 
 
@@ -84,6 +92,35 @@ def test_a_file_written_since_its_record_has_no_digest(files):
     assert file_sha256(entry) is None and "sha256" not in with_sha256([entry])[0]
 
 
+def test_to_hash_names_the_files_a_comparison_will_read_once(files, tmp_path):
+    recorded = with_sha256(_records(files))
+    _copy_over(files[0], tmp_path)
+    with open(files[1], "ab") as f:  # another size: a change, never hashed
+        f.write(b"x")
+    _later(files[1])
+    now = _records(files)
+    assert [i["path"] for i in to_hash(recorded, now)] == [files[0]]
+    assert changed(recorded, now) == [files[1]]
+    assert to_hash(recorded, now) == []  # hashed once per process and file version
+
+
+def test_only_files_of_the_recorded_size_are_said_to_be_a_possible_copy(files):
+    """Review of issue 57: without a digest a copy cannot be told from a change, but a file of another size changed."""
+    recorded = _records(files)
+    digested = with_sha256(recorded)
+    _later(files[0])  # the same size, a new mtime: a copy or a change
+    with open(files[1], "ab") as f:
+        f.write(b"x")
+    now = _records(files)
+    assert changed(recorded, now) == files
+    assert undigested(recorded, now, files) == [files[0]]
+    assert undigested(digested, now, files) == []  # a digest tells a copy from a change
+
+
+def test_size_text():
+    assert [size_text(n) for n in (12, 4_100, 12_000_000, 3_210_000_000)] == ["12 bytes", "4.1 kB", "12.0 MB", "3.2 GB"]
+
+
 def _shard(path, cells: int = 5, seed: int = 0) -> str:
     """A prepared ``.npz`` shard (the cache format) of ``cells`` tiny cells."""
     rng = np.random.default_rng(seed)
@@ -106,3 +143,12 @@ def test_a_copied_corpus_keeps_its_cache_and_records_the_new_mtimes(tmp_path, ca
     now = json.loads((cache / "manifest.json").read_text())["inputs"]
     assert [i["mtime_ns"] for i in now] == [i["mtime_ns"] for i in corpus_inputs(shards)]
     assert [i["sha256"] for i in now] == [i["sha256"] for i in manifest["inputs"]]
+
+
+def test_preparing_a_cache_says_it_reads_its_inputs_again_to_hash_them(tmp_path, caplog):
+    """Review of issue 57: the digests are a second read of every input, said with their count and size."""
+    shards = [_shard(tmp_path / f"s{k}.npz", seed=k) for k in range(2)]
+    with caplog.at_level(logging.INFO, logger="biomjepa.data.shards"):
+        prepare_corpus(shards, tmp_path / "cache")
+    size = size_text(sum(os.stat(s).st_size for s in shards))
+    assert f"hashing 2 input file(s) ({size}) to record their content (sha256), a second read of each" in caplog.text

@@ -5,6 +5,7 @@ import pytest
 import torch
 from _kit import tiny_config
 
+from biomjepa.data.input_identity import size_text
 from biomjepa.train.checkpoint import latest_state, load_state
 from biomjepa.train.config import TrainConfig
 from biomjepa.train.distributed import DistInfo
@@ -136,7 +137,10 @@ def test_resume_on_copied_corpus_files_needs_no_allow_resume_mismatch(stopped_ru
         os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     with caplog.at_level(logging.INFO):
         trainer = _resumed(cfg)
-    assert trainer.step == 2 and "changed" not in caplog.text and "preparing" not in caplog.text
+    assert trainer.step == 2 and "files changed" not in caplog.text and "preparing" not in caplog.text
+    size = size_text(sum(os.stat(s).st_size for s in cfg.corpus))
+    assert caplog.text.count(f"hashing {len(cfg.corpus)} file(s) ({size}) whose modification time changed since the "
+                             "state was saved") == 1  # said before the pause; the cache's check hashes nothing more
     trainer.run()
     saved = {i["path"]: i for i in load_state(latest_state(run_dir))["corpus"]["inputs"]}
     assert [saved[s]["mtime_ns"] for s in cfg.corpus] == [os.stat(s).st_mtime_ns for s in cfg.corpus]  # recorded anew
@@ -156,6 +160,53 @@ def test_an_old_state_without_digests_refuses_copied_files_naming_allow_resume_m
                                          r"`allow_resume_mismatch=true`"):
         _resumed(cfg)
     assert _resumed(cfg, allow_resume_mismatch=True).step == 2
+
+
+def test_an_old_state_without_digests_says_nothing_of_copies_for_a_file_of_another_size(stopped_run):
+    """Review of issue 57: a file of another size plainly changed; "a copy cannot be told from a change" is not said."""
+    cfg, run_dir = stopped_run
+    path = latest_state(run_dir)
+    state = load_state(path)
+    for entry in state["corpus"]["inputs"]:
+        del entry["sha256"]
+    torch.save(state, path)
+    with open(cfg.corpus[0], "ab") as f:
+        f.write(b"more")
+    with pytest.raises(ValueError, match=rf"corpus files that have changed since .*{cfg.corpus[0]}") as refused:
+        _resumed(cfg)
+    assert "cannot be told from a change" not in str(refused.value)
+
+
+def test_only_rank_0_checks_the_corpus_files_and_every_rank_raises_its_refusal(stopped_run, monkeypatch):
+    """Review of issue 57: after a corpus copy rank 0 alone hashes the changed files, not every local rank; the
+    others raise its refusal, in its words (or go on where it found none)."""
+    from biomjepa.data import shards
+    from biomjepa.train import resume
+
+    cfg, run_dir = stopped_run
+    saved = load_state(latest_state(run_dir))
+    _other_bytes(cfg.corpus[1])
+    new = TrainConfig.from_dict({**cfg.to_dict(), "stop_at": None})
+    told = []
+
+    def broadcast(obj, info, src=0):  # rank 0's object, as torch.distributed.broadcast_object_list gives it
+        told.append((info.rank, obj))
+        return told[0][1]
+
+    monkeypatch.setattr(resume, "broadcast_object", broadcast)
+    with pytest.raises(ValueError, match="corpus files that have changed") as refused:
+        resume.check_resume(saved, new, run_dir, DistInfo(rank=0, world=2))
+    assert told == [(0, (True, str(refused.value)))]  # told to the other ranks before it is raised
+
+    def not_on_this_rank(corpus):
+        raise AssertionError("a rank other than 0 read the corpus files")
+
+    monkeypatch.setattr(shards, "corpus_inputs", not_on_this_rank)
+    with pytest.raises(ValueError) as other:
+        resume.check_resume(saved, new, run_dir, DistInfo(rank=1, world=2))
+    assert str(other.value) == str(refused.value) and told[1] == (1, None)
+    told[:] = [(0, None)]  # rank 0 found no change
+    assert resume.check_resume(saved, new, run_dir, DistInfo(rank=1, world=2)) == []
 
 
 def test_a_refused_resume_writes_no_changes_log_and_keeps_config_yaml(stopped_run):

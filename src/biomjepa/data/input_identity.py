@@ -1,8 +1,8 @@
 """Whether corpus files are the very ones a cache was prepared from, or a training state was saved on.
 
 A file's record is ``{path, size, mtime_ns}``, read on every start at no cost, plus ``sha256``, its content's
-digest, computed once when a cache is prepared (the preparation reads every file anyway) and carried into the
-training states saved on that cache. Copying a corpus (to another disk or machine, ``cp`` without ``-p``) keeps the
+digest, computed once when a cache is prepared (a second read of each file, after the conversion; logged with the
+files' count and size) and carried into the training states saved on that cache. Copying a corpus (to another disk or machine, ``cp`` without ``-p``) keeps the
 bytes and gives the files new modification times: a file of the recorded size whose mtime differs is the same file
 when its bytes hash to the recorded digest (:func:`same_file`; hashed streamed, once per process and file version).
 A file whose mtime matches is never hashed. A record without a digest (caches and states written before it was
@@ -77,10 +77,36 @@ def refreshed(recorded: list[dict], now: list[dict]) -> list[dict] | None:
     return [{**i, "sha256": old[i["path"]]["sha256"]} if old.get(i["path"], {}).get("sha256") else dict(i) for i in now]
 
 
-def undigested(recorded: list[dict], paths: list[str]) -> list[str]:
-    """Those of ``paths`` whose record in ``recorded`` holds no digest (a copy cannot be told from a change)."""
+def undigested(recorded: list[dict], now: list[dict], paths: list[str]) -> list[str]:
+    """Those of ``paths`` whose record in ``recorded`` holds no digest and whose size is the recorded one: a copy
+    of such a file cannot be told from a change (a file of another size plainly changed)."""
+    old, new = {i["path"]: i for i in recorded}, {i["path"]: i for i in now}
+    return [p for p in paths if p in old and p in new and not old[p].get("sha256") and old[p]["size"] == new[p]["size"]]
+
+
+def to_hash(recorded: list[dict], now: list[dict]) -> list[dict]:
+    """The entries of ``now`` that :func:`changed` will hash: of the recorded size and another mtime, where the
+    record holds a digest and ``now`` none, and not hashed yet by this process."""
     old = {i["path"]: i for i in recorded}
-    return [p for p in paths if p in old and not old[p].get("sha256")]
+    return [n for n in now if (o := old.get(n["path"])) and o.get("sha256") and not n.get("sha256")
+            and o["size"] == n["size"] and o["mtime_ns"] != n["mtime_ns"] and not _hashed(n)]
+
+
+def unhashed(inputs: list[dict]) -> list[dict]:
+    """The entries of ``inputs`` that :func:`with_sha256` will hash (no digest, none computed by this process)."""
+    return [i for i in inputs if not i.get("sha256") and not _hashed(i)]
+
+
+def size_text(nbytes: int) -> str:
+    """``nbytes`` for a log line: ``"3.2 GB"``, ``"12.0 MB"``, ``"4.1 kB"``, ``"12 bytes"``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def _hashed(entry: dict) -> bool:
+    return (os.path.realpath(entry["path"]), entry["size"], entry["mtime_ns"]) in _DIGESTS
 
 
 def _stamp(path) -> tuple[int, int]:

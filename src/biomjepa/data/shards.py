@@ -4,7 +4,8 @@
 :func:`~biomjepa.data.idtable.map_var` (the mapping of ``bj.pp.map_vocab``), validates raw counts,
 drops cells with no mapped gene and excluded cells, and writes one ``shard_XXXXX.npz`` per file
 (``data`` counts, ``indices``, ``indptr``, ``totals`` = library size over all input genes, ``rows`` =
-source row) plus ``manifest.json``, which records the size, mtime and sha256 of every input file: a cache is
+source row) plus ``manifest.json``, which records the size, mtime and sha256 of every input file (the digest is a second read of each file, once
+converted): a cache is
 prepared again when its spec *or* an input file changed (the manifest's ``key`` stays that of the
 spec); a copied file (the same bytes, a new mtime) has not changed (:mod:`~biomjepa.data.input_identity`). A cache is written under an exclusive lock and read under a shared one (``cache_dir/.lock``),
 so one run never rewrites the shards another run is reading.
@@ -49,7 +50,7 @@ from .corpus_spec import (  # noqa: F401 (corpus_inputs, changed_inputs, check_c
     check_corpus_listing,
     corpus_inputs,
 )
-from .input_identity import with_sha256
+from .input_identity import size_text, unhashed, with_sha256
 from .tokenize import TokenizedCells, tokenize
 
 logger = logging.getLogger(__name__)
@@ -141,8 +142,8 @@ def prepare_corpus(corpus, cache_dir: str | os.PathLike, *, vocab_size: int | No
     obs column or file of obs names), max_cells=None}``.
     Already prepared ``.npz`` shards are copied by reference (listed in the manifest).
 
-    The manifest records the size and mtime of every input file; a cache whose inputs changed is
-    prepared again. Preparing takes the cache's exclusive lock, and a process reading the cache
+    The manifest records the size, mtime and sha256 of every input file (the digest costs a second read of each
+    file once it is converted, logged with their count and size); a cache whose inputs changed is prepared again. Preparing takes the cache's exclusive lock, and a process reading the cache
     (a :class:`Corpus`) holds a shared one, so a run never rewrites the shards under another run:
     it stops with :class:`~biomjepa._files.LockBusy` instead. The calling process keeps a shared
     lock on the cache until it opens it as a :class:`Corpus`, so it cannot change in between.
@@ -204,7 +205,11 @@ def _write_shards(cache: Path, specs: list[dict], meta: dict, inputs: list[dict]
             shards.append(_convert(spec, cache / f"shard_{i:05d}.npz", meta["vocab_size"]))
         except (ValueError, KeyError, TypeError) as err:
             raise type(err)(_in_entry(err, spec, entries[i])) from err
-    recorded = with_sha256(inputs)  # their bytes' digest, so a copy of them (new mtimes) is still known as them
+    hashed = unhashed(inputs)  # a second read of each file: their bytes' digest, so a copy of them (new mtimes)
+    if hashed:  # is still known as them
+        logger.info("prepare_corpus: hashing %d input file(s) (%s) to record their content (sha256), a second read "
+                    "of each", len(hashed), size_text(sum(i["size"] for i in hashed)))
+    recorded = with_sha256(inputs)
     changed = _changed(inputs, _identity(specs))
     if changed:
         raise ValueError(f"Corpus file(s) {', '.join(changed)} changed while {cache} was being prepared; "

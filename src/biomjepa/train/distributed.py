@@ -76,6 +76,15 @@ def all_reduce_(tensor: torch.Tensor, info: DistInfo, op: str = "sum") -> torch.
     return tensor
 
 
+def broadcast_object(obj, info: DistInfo, src: int = 0):
+    """Rank ``src``'s ``obj`` (picklable) on every rank; ``obj`` itself for one process."""
+    if not info.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src, device=info.device if info.device.type == "cuda" else None)
+    return box[0]
+
+
 def barrier(info: DistInfo) -> None:
     if info.enabled:
         dist.barrier()

@@ -139,7 +139,7 @@ class Trainer:
         """The latest intact state, checked against this config before the corpus cache or config.yaml change."""
         latest = load_latest_state(self.run_dir, map_location=self.info.device)  # falls back past a damaged file
         saved = latest[1] if latest is not None else None
-        self._changes = check_resume(saved, self.cfg, self.run_dir) if saved is not None else []
+        self._changes = check_resume(saved, self.cfg, self.run_dir, self.info) if saved is not None else []
         barrier(self.info)
         return saved
 

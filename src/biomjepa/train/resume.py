@@ -4,7 +4,8 @@ A run resumes from its directory's latest state. :func:`check_resume` refuses (u
 ``allow_resume_mismatch``) a new config that trains another model, on another corpus
 (:func:`~biomjepa.train.checkpoint.resume_mismatch`), on corpus files that changed since the state
 was saved (their size and mtime, and where the mtime differs their bytes' sha256, recorded in the state's
-``corpus.inputs``: a copy of the same files resumes), or with another data
+``corpus.inputs``: a copy of the same files resumes; in a multi-process run rank 0 alone hashes them and tells
+the other ranks its verdict), or with another data
 order (:data:`~biomjepa.train.checkpoint.DATA_ORDER_KEYS`). Every other training setting may change
 (lr, schedules, loss weights, ...); each change is a ``{step, key, old, new}`` entry of the state's
 ``config_changes`` and a line of ``run_dir/changes.log``: the run goes on from the step where the
@@ -19,13 +20,17 @@ import time
 from pathlib import Path
 
 from .checkpoint import DATA_ORDER_KEYS, config_changes, describe_change, mismatches
+from .distributed import DistInfo, broadcast_object
 
 logger = logging.getLogger(__name__)
 CHANGES_LOG = "changes.log"
 
 
-def check_resume(saved: dict, cfg, run_dir: Path) -> list[dict]:
+def check_resume(saved: dict, cfg, run_dir: Path, info: DistInfo | None = None) -> list[dict]:
     """Checks before the corpus cache is opened; returns the config changes to record.
+
+    Every rank calls it (``info``: this process' place in the run; ``None``: a single process); the corpus files
+    are checked, and hashed where needed, by rank 0 alone, whose refusal every rank raises.
 
     Raises
     ------
@@ -48,9 +53,7 @@ def check_resume(saved: dict, cfg, run_dir: Path) -> list[dict]:
         )
     recorded = saved.get("corpus", {}).get("inputs") is not None  # states saved before they were: trusted
     if recorded and cfg.data.corpus is not None and not _is_prepared_cache(cfg.data.corpus):
-        from ..data.shards import corpus_inputs
-
-        _check_inputs(saved, corpus_inputs(cfg.data.corpus), cfg, run_dir)  # before a changed file re-prepares the cache
+        _check_corpus_files(saved, cfg, run_dir, info)  # before a changed file re-prepares the cache
     return changes + [_as_change(m, step) for m in diff]
 
 
@@ -85,12 +88,40 @@ def inputs_record(corpus_meta: dict) -> list[dict] | None:
     return None if inputs is None else [dict(i) for i in inputs]
 
 
+def _check_corpus_files(saved: dict, cfg, run_dir: Path, info: DistInfo | None) -> None:
+    """:func:`_check_inputs` on the corpus files as they are now, on rank 0 only (it may hash files: once, not once
+    per rank); the other ranks get its verdict (:func:`~biomjepa.train.distributed.broadcast_object`) and raise its
+    refusal, in its words."""
+    from ..data.shards import corpus_inputs
+
+    if info is None or not info.enabled:
+        _check_inputs(saved, corpus_inputs(cfg.data.corpus), cfg, run_dir)
+        return
+    error, verdict = None, None
+    if info.is_main:
+        try:
+            _check_inputs(saved, corpus_inputs(cfg.data.corpus), cfg, run_dir)
+        except Exception as err:  # said to the other ranks before it is raised here, so none waits for rank 0
+            error, verdict = err, (isinstance(err, ValueError), str(err))
+    verdict = broadcast_object(verdict, info)
+    if error is not None:
+        raise error
+    if verdict is not None:
+        refused, text = verdict
+        raise ValueError(text) if refused else RuntimeError(f"rank 0 could not check the corpus files: {text}")
+
+
 def _check_inputs(saved: dict, now: list[dict], cfg, run_dir: Path) -> None:
+    from ..data.input_identity import size_text, to_hash
     from ..data.shards import changed_inputs
 
     old = saved.get("corpus", {}).get("inputs")
     if old is None:  # saved before the inputs were recorded: trusted
         return
+    hashed = to_hash(old, now)
+    if hashed:  # a pause of a minute or more for a large corpus: said before it starts
+        logger.info("hashing %d file(s) (%s) whose modification time changed since the state was saved, to tell a "
+                    "copy of them from a change", len(hashed), size_text(sum(i["size"] for i in hashed)))
     changed = changed_inputs(old, now)  # a copy (same bytes, new mtime) is the same file where a digest is recorded
     if not changed:
         return
@@ -103,15 +134,16 @@ def _check_inputs(saved: dict, now: list[dict], cfg, run_dir: Path) -> None:
         f"{run_dir} holds a training state (step {saved.get('step')}) of a run on corpus files that have changed "
         f"since (another size, or another modification time and other bytes): {listed}. Resuming would continue "
         "it on other cells. Restore the files, give this run a new `run_name`/`out_dir`, or set "
-        f"`allow_resume_mismatch=true` to resume anyway.{_no_digest(old, changed)}"
+        f"`allow_resume_mismatch=true` to resume anyway.{_no_digest(old, now, changed)}"
     )
 
 
-def _no_digest(old: list[dict], changed: list[str]) -> str:
-    """Why a copy of the files is refused too, where the state recorded no digest of some of them."""
+def _no_digest(old: list[dict], now: list[dict], changed: list[str]) -> str:
+    """Why a copy of the files is refused too, where the state recorded no digest of some of them and their size
+    is the recorded one (a file of another size plainly changed: nothing to say)."""
     from ..data.input_identity import undigested
 
-    if not undigested(old, changed):
+    if not undigested(old, now, changed):
         return ""
     return (" This state was saved before biomjepa recorded the files' content (sha256), so a copy of the same "
             "files (another machine, new modification times) cannot be told from a change: if they are the same "
