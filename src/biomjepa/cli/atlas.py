@@ -152,10 +152,21 @@ def stop_left(store: str, write_obsm: bool = False) -> str:
     if not complete:
         return f"{store} holds {done} of {total} blocks, each written whole; {again} resumes it from there."
     if write_obsm and not obsm:
-        into = f"written into {len(written)} of {n_inputs} inputs ({_first(written)})" if written else "written into no input"
-        return (f"{store} is complete; obsm['X_biomjepa'] was {into}, the others are as they were; {again} writes "
-                "it into them.")
+        return f"{store} is complete; obsm['X_biomjepa'] was {_obsm_written(written, n_inputs, again)}"
     return f"{store} is complete."
+
+
+def _obsm_written(written: list[str], n: int, again: str) -> str:
+    """Into which of the store's ``n`` inputs ``write_obsm`` wrote before a stop, and what running ``again`` does."""
+    if not written:
+        inputs = "the input" if n == 1 else f"any of the {n} inputs"
+        return f"not written into {inputs} yet; {again} writes it into {'it' if n == 1 else 'them'}."
+    if len(written) == n:  # the stop came after the last input was recorded
+        return f"written into {'the input' if n == 1 else f'all {n} inputs'}."
+    rest = n - len(written)
+    others = "the other input is as it was" if rest == 1 else f"the other {rest} are as they were"
+    return (f"written into {len(written)} of {n} inputs ({_first(written)}); {others}; {again} writes it into "
+            f"{'that one' if rest == 1 else 'them'}.")
 
 
 def _first(paths: list[str], n: int = 10) -> str:

@@ -34,7 +34,7 @@ import numpy as np
 from .._stops import stops_held
 from ..data.adapted_genes import OutsideShare
 from .inputs import AtlasInput, check_read_args, input_source, open_input, resolve_inputs
-from .obsm import inputs_locked, write_obsm_all
+from .obsm import inputs_locked, settle_pending, write_obsm_all
 from .store import FORMAT, AtlasStore, lock_store, manifest_differences
 
 logger = logging.getLogger(__name__)
@@ -225,6 +225,7 @@ def _open_store(store: Path, wanted: dict, inps: list[AtlasInput], *, rank, over
         if state != "ready" or overwrite:
             return _create_store(store, wanted, inps, map_kw, read_kw)
     st = AtlasStore(store)
+    settle_pending(st, write=rank == 0)  # an input write_obsm renamed but a killed run did not record: recorded now
     diffs = manifest_differences(st.manifest, wanted)
     if diffs:
         raise ValueError(f"the store {str(store)!r} was made by a different command, so it cannot be resumed: "
