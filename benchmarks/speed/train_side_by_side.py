@@ -33,7 +33,7 @@ def _speeds(src: Path, config: str, work: Path, a: argparse.Namespace) -> list[f
     """Train ``--steps`` steps with the package in ``src``; the logged cells/s from step ``--skip`` on."""
     env = {**os.environ, "PYTHONPATH": str(src.resolve()), "OMP_NUM_THREADS": str(a.threads)}
     sets = [f"run.out_dir={work / 'runs'}", f"data.cache_dir={work / 'cache'}", "run.run_name=bench",
-            f"run.steps={a.steps}", "loop.checkpoint_every=100000", "loop.progress=false"]
+            f"run.steps={a.steps}", "loop.checkpoint_every=100000", "loop.progress=false", "probe.path=null"]
     cmd = [sys.executable, "-m", "biomjepa.train", config] + [x for s in sets for x in ("--set", s)]
     done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
