@@ -25,6 +25,9 @@ import pytest
 import biomjepa as bj
 from biomjepa._device import cpu_bf16_units
 
+#: cells re-embedded at another batch size (7: batches of 7, 7, 7, 3): bf16 is emulated, slowly, on CPUs without
+#: bf16 units, and the invariance is per cell, so a slice of the cells checks it as well as all of them
+BATCH_CHECK = 24
 #: measured on the first 96 demo cells → the bound held (margin for other CPUs)
 FAST = {"cosine_min": 0.995, "cosine_mean": 0.9975, "knn10": 0.90, "batch_cosine_min": 0.9997}
 #: measured on all 1,074 demo cells → the bound held
@@ -48,13 +51,13 @@ def _check(adata, bounds: dict, monkeypatch, batch: int, ref=None) -> tuple[np.n
 
     ref = _embed(adata, "fp32", batch, monkeypatch) if ref is None else ref
     got = _embed(adata, "bf16", batch, monkeypatch)
-    other = _embed(adata, "bf16", 7, monkeypatch)
+    other = _embed(adata[:BATCH_CHECK].copy(), "bf16", 7, monkeypatch)  # a cell's value needs no other cells
     cos = _cosine(ref, got)
     assert not np.array_equal(ref, got)  # bf16 really ran
     assert cos.min() >= bounds["cosine_min"], cos.min()
     assert cos.mean() >= bounds["cosine_mean"], cos.mean()
     assert knn_overlap(ref, got, 10) >= bounds["knn10"]
-    assert _cosine(got, other).min() >= bounds["batch_cosine_min"]  # batch size changes bf16 only by rounding
+    assert _cosine(got[:BATCH_CHECK], other).min() >= bounds["batch_cosine_min"]  # batch size: rounding only
     return ref, got
 
 
