@@ -146,13 +146,18 @@ def test_resume_on_copied_corpus_files_needs_no_allow_resume_mismatch(stopped_ru
     assert [saved[s]["mtime_ns"] for s in cfg.corpus] == [os.stat(s).st_mtime_ns for s in cfg.corpus]  # recorded anew
 
 
-def test_an_old_state_without_digests_refuses_copied_files_naming_allow_resume_mismatch(stopped_run):
-    cfg, run_dir = stopped_run
+def _digests_dropped(cfg, run_dir):
+    """The stopped run's latest state as written before input digests existed; ``cfg``."""
     path = latest_state(run_dir)
     state = load_state(path)
     for entry in state["corpus"]["inputs"]:
         del entry["sha256"]
     torch.save(state, path)
+    return cfg
+
+
+def test_an_old_state_without_digests_refuses_copied_files_naming_allow_resume_mismatch(stopped_run):
+    cfg = _digests_dropped(*stopped_run)
     shard = cfg.corpus[0]
     st = os.stat(shard)
     os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the same bytes, a new mtime
@@ -164,12 +169,7 @@ def test_an_old_state_without_digests_refuses_copied_files_naming_allow_resume_m
 
 def test_an_old_state_without_digests_says_nothing_of_copies_for_a_file_of_another_size(stopped_run):
     """Review of issue 57: a file of another size plainly changed; "a copy cannot be told from a change" is not said."""
-    cfg, run_dir = stopped_run
-    path = latest_state(run_dir)
-    state = load_state(path)
-    for entry in state["corpus"]["inputs"]:
-        del entry["sha256"]
-    torch.save(state, path)
+    cfg = _digests_dropped(*stopped_run)
     with open(cfg.corpus[0], "ab") as f:
         f.write(b"more")
     with pytest.raises(ValueError, match=rf"corpus files that have changed since .*{cfg.corpus[0]}") as refused:
