@@ -37,9 +37,11 @@ from benchmarks._common import write_csv
 from benchmarks.protocol import F1_SEEDS, KNN_K, SETS, TISSUES, add_depth, knn_agreement, leiden_scores
 
 
-def score_set(name: str, checkpoints: dict[str, str], leiden_seeds: int, thinned: bool = True) -> list[dict]:
+def score_set(name: str, checkpoints: dict[str, str], leiden_seeds: int, thinned: bool = True,
+              resolutions=None) -> list[dict]:
     """Rows per representation of the set ``name``: the model checkpoints, PCA-50 and the depth baseline.
-    ``thinned=False`` leaves out the 20 %-thinned agreement (a second embedding pass of every checkpoint)."""
+    ``thinned=False`` leaves out the 20 %-thinned agreement (a second embedding pass of every checkpoint);
+    ``resolutions`` adds Leiden ARI columns per resolution (``leiden_ari_mean_r<r>``, :func:`leiden_scores`)."""
     import pandas as pd
 
     import biomjepa as bj
@@ -72,7 +74,7 @@ def score_set(name: str, checkpoints: dict[str, str], leiden_seeds: int, thinned
             rows[rec["rep"]][keep[rec["metric"]]] = rec["mean"]
     labels = sub.obs["cell_type"].to_numpy()
     for r in reps:
-        rows[r] |= leiden_scores(sub.obsm[r], labels, tuple(range(leiden_seeds)))
+        rows[r] |= leiden_scores(sub.obsm[r], labels, tuple(range(leiden_seeds)), resolutions)
         rows[r]["knn15_agreement"] = knn_agreement(sub.obsm[r], labels, k=KNN_K)
     return list(rows.values())
 
@@ -112,6 +114,8 @@ def main() -> None:
     p.add_argument("--leiden-seeds", type=int, default=10)
     p.add_argument("--tissues", nargs="+", default=list(TISSUES), choices=[s for s in SETS if s != "chemistry"],
                    help="the validation tissues of the means and of --rule")
+    p.add_argument("--resolutions", nargs="+", type=float, default=None,
+                   help="also Leiden ARI at these resolutions (1 is added; the rule reads resolution 1)")
     p.add_argument("--out", default="validation_tissues.csv")
     p.add_argument("--rule", nargs=2, metavar=("NEW", "OLD"), default=None,
                    help="evaluate the shipping rule: NEW ahead of OLD on the mean of --tissues in F1 and Leiden "
@@ -125,11 +129,12 @@ def main() -> None:
             p.error(f"--rule: NEW and OLD must be among {sorted(known)}")
         if set(args.tissues) - set(args.sets):
             p.error(f"--rule needs --sets to include every tissue of --tissues ({' '.join(args.tissues)})")
-    rows = [r for s in args.sets for r in score_set(s, checkpoints, args.leiden_seeds)]
+    res = sorted({1.0, *args.resolutions}) if args.resolutions else None
+    rows = [r for s in args.sets for r in score_set(s, checkpoints, args.leiden_seeds, resolutions=res)]
     write_csv(rows, args.out)
     t = pd.DataFrame(rows)
     cols = [c for c in ("f1", ari_column(t), "knn15_agreement", "n_clusters", "thinned_agreement", "chemistry_mixing")
-            if c in t]
+            if c in t] + [c for c in t if c.startswith(("leiden_ari_mean_r", "n_clusters_mean_r"))]
     print(t.pivot_table(index="representation", columns="set", values=cols).round(3).to_string())
     tissues = t[t.set.isin(args.tissues)]
     if len(tissues):

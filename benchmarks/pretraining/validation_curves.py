@@ -5,7 +5,8 @@ the last saved state whatever its step (what ``export_bundled.py`` exports by de
 hold yet, the probed encoder (the EMA teacher; the student of a run with ``probe.encoder: student``) is exported
 into a temporary directory once per readout of ``--readouts`` (:data:`biomjepa.nn.pooling.POOLINGS`), each with
 fixed feature statistics of that readout over ``--feature-cells`` cells of the run's own corpus cache
-(``scripts/export_bundled.py``'s ``readouts_from_corpus``: one embedding pass per state for all readouts). The
+(``scripts/export_bundled.py``'s ``readouts_from_corpus``: one embedding pass per state for all readouts) and
+its weights stored as ``--dtype`` (float32 by default; ``bfloat16`` scores what ``export_bundled.py`` ships). The
 exports are scored with ``validation_tissues.py``'s protocol (its ``score_set``, one call per tissue and
 state: the 20 %-thinned PBMCs are drawn once per call and re-embedded by each export) on ``--tissues`` (default
 the three validation tissues: ``pbmc``, the 1,072 held-out sorted PBMCs; ``brain``, the 420 Darmanis cells read
@@ -88,9 +89,10 @@ def passed_best(steps, values, patience: int = 2) -> tuple[int, bool]:
 
 
 def export_state(path: Path, run: Path, readouts: list[str], feature_cells: int, world: int,
-                 tmp: str) -> tuple[int, int, dict[str, str]]:
+                 tmp: str, dtype: str = "float32") -> tuple[int, int, dict[str, str]]:
     """``(step, presentations, {readout: checkpoint})``: the state's probed encoder exported once per readout, the
-    feature statistics of every readout measured from one embedding pass over the corpus sample."""
+    feature statistics of every readout measured from one embedding pass over the corpus sample; weights in ``dtype``."""
+    import torch
     from export_bundled import probed_encoder, readouts_from_corpus
 
     from biomjepa.train import export
@@ -103,7 +105,7 @@ def export_state(path: Path, run: Path, readouts: list[str], feature_cells: int,
     out = {}
     for k in readouts:
         ck = Path(tmp) / f"step{step}_{k}"
-        export(state, ck, which=which, pooling=k, readout=stats[k])
+        export(state, ck, which=which, pooling=k, readout=stats[k], dtype=getattr(torch, dtype))
         out[k] = str(ck)
     return step, step * int(cfg["batch_size"]) * int(cfg["accumulation"]) * world, out
 
@@ -201,7 +203,8 @@ def plot(table: pd.DataFrame, png: str, tissues) -> None:
                                color="k" if k == "pca50" else f"C{len(readouts) + c}",
                                label="PCA-50" if k == "pca50" else k)
             ax.set_title(f"{tissue}: {label}", fontsize=9)
-            ax.set_xlabel("cell presentations", fontsize=8)
+            ax.set_xlabel("cell presentations (thousands)", fontsize=8)
+            ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:g}")  # 1000001200001400001 otherwise
             ax.tick_params(labelsize=7)
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
@@ -220,13 +223,12 @@ def main() -> None:
     p.add_argument("--reference", action="append", default=[], metavar="NAME=CHECKPOINT",
                    help="a checkpoint scored once as rows with step = -2 (repeatable), e.g. v0.4=biomjepa-mini-v0.4")
     p.add_argument("--tissues", nargs="+", default=list(TISSUES), choices=[s for s in SETS if s != "chemistry"])
-    p.add_argument("--no-thinned", action="store_true",
-                   help="leave out the 20 %%-thinned PBMC agreement (a second embedding pass per readout: a quarter of "
-                        "a state's cost)")
-    p.add_argument("--patience", type=int, default=2,
-                   help="probe points after the best for the stopping rule (issue 54: two)")
+    p.add_argument("--no-thinned", action="store_true", help="leave out the 20 %%-thinned PBMC agreement")
+    p.add_argument("--patience", type=int, default=2, help="probe points after the best for the stopping rule")
     p.add_argument("--leiden-seeds", type=int, default=10)
     p.add_argument("--feature-cells", type=int, default=1024, help="corpus cells for the fixed feature statistics")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="storage dtype of the exported weights (bfloat16: what export_bundled.py ships)")
     p.add_argument("--world-size", type=int, default=1, help="processes the run trained on (states do not record it)")
     p.add_argument("--csv", default="pretrain_curves.csv", help="in benchmarks/results")
     p.add_argument("--plot", default=None, metavar="PNG", help="draw the curves into this figure")
@@ -256,7 +258,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             if path is not None:
                 step, presentations, exported = export_state(path, Path(args.run_dir), readouts, args.feature_cells,
-                                                             args.world_size, tmp)
+                                                             args.world_size, tmp, args.dtype)
                 cks |= exported
                 tags |= {k: (step, presentations) for k in exported}
             new = pd.DataFrame(score(cks, tags, args.leiden_seeds, args.tissues, not args.no_thinned))

@@ -43,14 +43,25 @@ logger = logging.getLogger(__name__)
 #: ``uns["biomjepa"]["params"]["checkpoint_sha256"]``), "sha256": the weights' sha256 (as recorded in
 #: config.json and as ``params["weights_sha256"]``)}. Entries of checkpoints written before the manifest
 #: existed carry "sha256" only. ``biomjepa-mini`` (:data:`DEFAULT_ALIAS`) names the default: the same entry
-#: as its versioned name (today ``biomjepa-mini-v0.4``), loaded and recorded under the versioned name.
-#: v0.4 is bundled inside the package (``docs/model_card.md``): the step-2,000 teacher of
-#: ``models/biomjepa-mini-v0.4.yaml``, read out with the paper's ``max_top5`` and a fixed per-feature
-#: standardization measured on its own training corpus (``scripts/export_bundled.py --feature-cells 4096``), the
-#: state and readout chosen on the two validation tissues. v0.3 (the step-2,400 teacher of
-#: ``models/biomjepa-mini-v0.3v.yaml``, the same readout and map) stays loadable by name.
+#: as its versioned name (today ``biomjepa-mini-v0.5``), loaded and recorded under the versioned name.
+#: v0.5 is bundled inside the package (``docs/model_card.md``): v0.4's encoder continued for 3,000 steps on the
+#: v0.5 corpus (``models/biomjepa-mini-v0.5.yaml`` with ``model.init_from=biomjepa-mini-v0.4``), its EMA teacher
+#: read out with the paper's ``max_top5`` and a fixed per-feature standardization measured on its own training
+#: corpus (``scripts/export_bundled.py --feature-cells 4096``), chosen on the three validation tissues. v0.4 (the
+#: step-2,000 teacher of ``models/biomjepa-mini-v0.4.yaml``, the same readout and map) and v0.3 stay loadable by
+#: name.
 REGISTRY: dict[str, dict] = {
-    # the default since 2026-11-27: the step-2,000 teacher of the 512,000-presentation run of
+    # the default since 2026-11-29: v0.4 continued on the v0.5 corpus (36,577 cells, every whole-transcriptome file
+    # of shared/data but the held-out ones) for 192,000 presentations, the step-3,000 teacher, max_top5, with a
+    # fixed standardization measured on 4,096 cells of its corpus, chosen on the three validation tissues by the
+    # rule of issue 54 (docs/model_card.md)
+    "biomjepa-mini-v0.5": {
+        "path": "_models/biomjepa-mini-v0.5",
+        "version": "0.5",
+        "checkpoint_sha256": "3cd1d7a9523550f60357683cc7524b4eb48ec923f731c72cf2af539e3be4b2ab",  # SHA256SUMS
+        "sha256": "f7de74a7dac2df04b4192ff7fd9c9122aef9a3cb1f0851131813a0ce76b350c6",  # model.safetensors
+    },
+    # the previous default (2026-11-27 to 29): the step-2,000 teacher of the 512,000-presentation run of
     # models/biomjepa-mini-v0.4.yaml (every tissue, reads on the UMI scale, one-source batches), max_top5, with a
     # fixed standardization measured on 4,096 cells of its corpus, chosen on the two validation tissues by the rule
     # of issue 43 (docs/model_card.md)
@@ -60,7 +71,7 @@ REGISTRY: dict[str, dict] = {
         "checkpoint_sha256": "7ca7fccff92b2c4daeecfc21f1e7e4ee39c45137142773365f682503e2370e96",  # SHA256SUMS
         "sha256": "83a4614604b5101c9f9128ba34f08fae35c8c240ab1623db13244d0b5f5daaab",  # model.safetensors
     },
-    # the previous default (2026-11-25 to 27)
+    # the default before it (2026-11-25 to 27)
     "biomjepa-mini-v0.3": {
         "path": "_models/biomjepa-mini-v0.3",
         "version": "0.3",
@@ -71,6 +82,7 @@ REGISTRY: dict[str, dict] = {
     # shrunk by 0.1), measured on v0.2's training corpus
     "biomjepa-mini-v0.2.1": {
         "path": "_models/biomjepa-mini-v0.2.1",
+        "weights_from": "_models/biomjepa-mini-v0.2",  # the package holds the shared weights once
         "version": "0.2.1",
         "checkpoint_sha256": "fb9f735b95f27261ddefa7c0a213b7e355175a1e64633b965b1bd797816ee12b",  # SHA256SUMS
         "sha256": "c639180369e587ceae87e8228d05bd857a19b9cf45fa922968f70f375ae19cb1",  # model.safetensors
@@ -90,12 +102,58 @@ REGISTRY: dict[str, dict] = {
     },
 }
 #: The default's name (``bj.settings.checkpoint``): an alias of the current release's entry, the same files.
-DEFAULT_ALIAS, DEFAULT_RELEASE = "biomjepa-mini", "biomjepa-mini-v0.4"
+DEFAULT_ALIAS, DEFAULT_RELEASE = "biomjepa-mini", "biomjepa-mini-v0.5"
 REGISTRY[DEFAULT_ALIAS] = REGISTRY[DEFAULT_RELEASE]
 
 
 def _bundled_dir(rel: str) -> Path:
     return Path(str(resources.files("biomjepa"))) / rel
+
+
+def _bundled_path(entry: dict) -> Path:
+    """The directory of a bundled registry entry.
+
+    An entry with ``weights_from`` (v0.2.1: v0.2's weights behind its own fixed readout map) ships its own
+    ``config.json`` and ``SHA256SUMS`` but no weights file, so the package holds the shared weights once. Its
+    directory is put together once in ``settings.cachedir`` (``bundled/<name>-<pin>``: the two files copied, the
+    weights hard-linked or copied, then renamed into place whole) and is pinned like any bundled checkpoint: the
+    registry's ``checkpoint_sha256`` is that of the manifest, which hashes every file, checked when it loads."""
+    import shutil
+
+    from .model import CONFIG, MANIFEST, WEIGHTS
+
+    path = _bundled_dir(entry["path"])
+    if "weights_from" not in entry:
+        return path
+    target = settings.cachedir / "bundled" / f"{path.name}-{entry['checkpoint_sha256'][:16]}"
+    if all((target / f).is_file() for f in (CONFIG, MANIFEST, WEIGHTS)):
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as err:
+        raise PermissionError(
+            f"Cannot create the cache directory {target.parent} ({err}), where the bundled {path.name} is put together "
+            "from the weights it shares. Set a writable one with `bj.settings.cachedir = '/path'` or the "
+            "BIOMJEPA_CACHE environment variable."
+        ) from err
+    try:
+        for name in (CONFIG, MANIFEST):
+            shutil.copyfile(path / name, tmp / name)
+        weights = _bundled_dir(entry["weights_from"]) / WEIGHTS
+        try:
+            os.link(weights, tmp / WEIGHTS)
+        except OSError:  # another file system, or links not allowed
+            shutil.copyfile(weights, tmp / WEIGHTS)
+        try:
+            tmp.rename(target)
+        except OSError:  # a concurrent call put it together first, or an incomplete one is in the way
+            if not all((target / f).is_file() for f in (CONFIG, MANIFEST, WEIGHTS)):
+                shutil.rmtree(target, ignore_errors=True)
+                tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
 
 
 def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: str | None = None) -> tuple[Path, str]:
@@ -117,7 +175,7 @@ def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: s
             if pin is not None and pin != registered:
                 raise ValueError(f"Checkpoint {ref!r} is registered with sha256 {registered}, expected {pin}; refusing it.")
             return _download(entry["url"], registered), ref
-        path = _bundled_dir(entry["path"])
+        path = _bundled_path(entry)
         _check_registered(path, entry, ref)
         if pin is not None:
             _check_pin(path, pin, repr(ref))

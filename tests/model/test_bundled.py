@@ -36,13 +36,15 @@ def test_default_checkpoint_is_registered_and_pinned():
 
 
 def test_the_default_release_has_a_name_of_its_own():
-    """Issue 43: the default v0.4 loads as ``biomjepa-mini-v0.4`` and ``biomjepa-mini`` (the same files; both
-    record the versioned name); the previous default loads by its own name, ``biomjepa-mini-v0.3``."""
-    assert resolve_checkpoint("biomjepa-mini-v0.4") == resolve_checkpoint("biomjepa-mini") == resolve_checkpoint()
-    assert resolve_checkpoint("biomjepa-mini-v0.4")[1] == "biomjepa-mini-v0.4"
-    for name in ("biomjepa-mini-v0.4", "biomjepa-mini-v0.3"):
+    """Issues 43 and 54: the default v0.5 loads as ``biomjepa-mini-v0.5`` and ``biomjepa-mini`` (the same files;
+    both record the versioned name); the previous defaults load by their own names, ``biomjepa-mini-v0.4`` and
+    ``-v0.3``."""
+    assert resolve_checkpoint("biomjepa-mini-v0.5") == resolve_checkpoint("biomjepa-mini") == resolve_checkpoint()
+    assert resolve_checkpoint("biomjepa-mini-v0.5")[1] == "biomjepa-mini-v0.5"
+    for name in ("biomjepa-mini-v0.5", "biomjepa-mini-v0.4", "biomjepa-mini-v0.3"):
         assert bj.load_model(name).info["checkpoint_sha256"] == REGISTRY[name]["checkpoint_sha256"]
-    assert resolve_checkpoint("biomjepa-mini-v0.3")[0] != resolve_checkpoint()[0]
+    for name in ("biomjepa-mini-v0.4", "biomjepa-mini-v0.3"):
+        assert resolve_checkpoint(name)[0] != resolve_checkpoint()[0]
 
 
 def test_bf16_storage_loads_as_float32_on_cpu():

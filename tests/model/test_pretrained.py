@@ -65,6 +65,35 @@ def test_registry_entry_pins_every_file(ckpt, tmp_path, monkeypatch):
         _pretrained.resolve_checkpoint("pinned")
 
 
+def test_an_entry_sharing_weights_is_put_together_in_the_cache_and_pinned(ckpt, tmp_path, monkeypatch):
+    """v0.2.1 ships no weights of its own (``weights_from``: v0.2's, held once in the wheel): its directory is put
+    together in the cache, loads with its own pin, is rebuilt when incomplete, and a foreign weights file is refused."""
+    pkg = tmp_path / "pkg"
+    shutil.copytree(ckpt, pkg / "_models" / "a")
+    (pkg / "_models" / "b").mkdir()
+    for name in (CONFIG, MANIFEST):
+        shutil.copyfile(ckpt / name, pkg / "_models" / "b" / name)
+    monkeypatch.setattr(_pretrained, "_bundled_dir", lambda rel: pkg / rel)
+    monkeypatch.setattr(bj.settings, "_cachedir", tmp_path / "cache")
+    entry = {"path": "_models/b", "weights_from": "_models/a", "version": "9", "checkpoint_sha256": checkpoint_sha256(ckpt)}
+    monkeypatch.setitem(_pretrained.REGISTRY, "shared", entry)
+    path, name = _pretrained.resolve_checkpoint("shared")
+    assert name == "shared-v9" and path.parent == tmp_path / "cache" / "bundled"
+    assert checkpoint_sha256(path) == entry["checkpoint_sha256"] and not (pkg / "_models" / "b" / WEIGHTS).exists()
+    assert bj.load_model("shared").info["checkpoint_sha256"] == entry["checkpoint_sha256"]
+    (path / WEIGHTS).unlink()  # an incomplete directory is put together again
+    assert _pretrained.resolve_checkpoint("shared")[0] == path and checkpoint_sha256(path) == entry["checkpoint_sha256"]
+    (path / WEIGHTS).unlink()
+    (path / WEIGHTS).write_bytes((pkg / "_models" / "a" / WEIGHTS).read_bytes()[:-8] + bytes(8))  # a foreign file
+    with pytest.raises(CheckpointError, match=WEIGHTS):
+        bj.load_model("shared")
+    assert sorted(p.name for p in (tmp_path / "cache" / "bundled").iterdir()) == [path.name]  # no scratch left
+    shutil.rmtree(path)
+    monkeypatch.setattr(bj.settings, "_cachedir", pkg / "_models" / "a" / WEIGHTS)  # a file: no cache there
+    with pytest.raises(PermissionError, match="cachedir"):
+        _pretrained.resolve_checkpoint("shared")
+
+
 def test_url_pin_covers_config_json(ckpt, http_root):
     root, url = http_root
     served = shutil.copytree(ckpt, root / "c")
