@@ -14,14 +14,12 @@ equivalents nearly unchanged) and, on the chemistry set, chemistry mixing within
 ``cross_batch_share_within_label``). ``pca50`` is the package's PCA-50 path (``bj.bench.add_baselines``) on the same
 cells; ``depth`` (log library size and log detected genes) is the trivial baseline.
 
-``--rule NEW OLD`` evaluates the shipping rule (:func:`shipping_rule`) over ``--tissues`` (default all three
-validation tissues): NEW ahead of OLD on the mean of the tissues in F1 and in Leiden ARI (the mean over seeds
-when ``--leiden-seeds`` > 1), and behind OLD on no tissue by more than ``--tol`` (0.02) in either; it prints the
-differences per tissue and MET / NOT MET. (Until v0.4 the rule read two tissues, ``--tissues pbmc brain``.)
+``--resolutions 0.5 2`` adds Leiden ARI at other resolutions. ``--rule NEW OLD`` evaluates the shipping rule
+(:func:`shipping_rule`) over ``--tissues`` (default all three): NEW ahead of OLD on the mean of the tissues in F1 and
+Leiden ARI (resolution 1; the mean over seeds), and behind OLD on no tissue by more than ``--tol`` (0.02) in either.
 
     python benchmarks/evaluation/validation_tissues.py v0.4=biomjepa-mini-v0.4 v0.5=DIR [--leiden-seeds 10] \
-        [--sets pbmc brain immune chemistry] [--tissues pbmc brain immune] [--out validation_tissues.csv] \
-        [--rule v0.5 v0.4]
+        [--sets pbmc brain immune chemistry] [--tissues pbmc brain immune] [--resolutions 0.5 2] [--rule v0.5 v0.4]
 """
 
 from __future__ import annotations
@@ -114,8 +112,7 @@ def main() -> None:
     p.add_argument("--leiden-seeds", type=int, default=10)
     p.add_argument("--tissues", nargs="+", default=list(TISSUES), choices=[s for s in SETS if s != "chemistry"],
                    help="the validation tissues of the means and of --rule")
-    p.add_argument("--resolutions", nargs="+", type=float, default=None,
-                   help="also Leiden ARI at these resolutions (1 is added; the rule reads resolution 1)")
+    p.add_argument("--resolutions", nargs="+", type=float, help="also Leiden ARI at these resolutions (the rule: 1)")
     p.add_argument("--out", default="validation_tissues.csv")
     p.add_argument("--rule", nargs=2, metavar=("NEW", "OLD"), default=None,
                    help="evaluate the shipping rule: NEW ahead of OLD on the mean of --tissues in F1 and Leiden "

@@ -50,7 +50,7 @@ def pbmc_chemistries():
     drawn with ``numpy.random.default_rng(0)``; all 19,974 genes kept; library size = each cell's
     sum of counts over those genes, stored before normalizing; then normalized to 10⁴ per cell and
     ``log1p``-transformed; the counts were discarded. There are **no cell-type labels**. The
-    default ``biomjepa-mini`` v0.4 and v0.3 never saw these cells (their corpora hold the source file out, so
+    default ``biomjepa-mini`` v0.5, v0.4 and v0.3 never saw these cells (their corpora hold the source file out, so
     they are held-out cells for them); the earlier v0.2 / v0.2.1 checkpoints saw all 2,860 cells of the source
     file (these 900 included) during self-supervised pretraining, without any labels.
 

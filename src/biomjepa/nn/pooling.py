@@ -1,6 +1,6 @@
 """Cell embedding from gene-token states.
 
-``max_top5`` (the paper; the readout of the bundled ``biomjepa-mini`` v0.4 and v0.3): per-feature max ‖ mean of the 5
+``max_top5`` (the paper; the readout of the bundled ``biomjepa-mini`` v0.5, v0.4 and v0.3): per-feature max ‖ mean of the 5
 largest values over gene tokens.
 
 ``centred_max_top5`` (our departure, tried for ``biomjepa-mini`` v0.2 on validation cells, see

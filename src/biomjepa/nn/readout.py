@@ -8,7 +8,7 @@ sample of its *training corpus* at export (``config.json`` key ``readout``); the
 standardized corpus embeddings, shrunk towards the identity), and the model then returns
 ``((z − mean) / scale) @ W``, so no few directions dominate Euclidean distances. The statistics are
 constants of the checkpoint, never fitted on the cells being embedded, so a cell's embedding does not
-depend on which other cells it is embedded with. The bundled v0.4 and v0.3 record a standardization, v0.2.1 a
+depend on which other cells it is embedded with. The bundled v0.5, v0.4 and v0.3 record a standardization, v0.2.1 a
 standardization and a whitening.
 """
 

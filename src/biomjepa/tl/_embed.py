@@ -44,9 +44,9 @@ def embed(
     to their longest cell, encoded under ``torch.inference_mode`` in ``bj.settings.precision`` (default
     ``"fp32"``; ``"bf16"``/``"auto"``: bf16 GEMMs, about 1.5× faster on a CPU with AMX, per-cell cosine
     ≥ 0.994 to float32) and pooled with the readout the checkpoint records (:mod:`biomjepa.nn.pooling`, technical
-    tokens excluded; the bundled v0.4: ``max_top5``, the paper's per-feature max ‖ mean of the 5 largest
+    tokens excluded; the bundled v0.5: ``max_top5``, the paper's per-feature max ‖ mean of the 5 largest
     gene-token states), then mapped with the checkpoint's fixed feature statistics when it records them
-    (:mod:`biomjepa.nn.readout`; v0.4: standardization measured on its training corpus). Results do not
+    (:mod:`biomjepa.nn.readout`; v0.5: standardization measured on its training corpus). Results do not
     depend on ``batch_size`` or cell order. With a checkpoint of :func:`biomjepa.tl.adapt`, which records the genes its
     cells detected, a warning gives the share of these cells' counts on other genes when it exceeds 5 %: their
     gene embeddings stayed as initialised.
