@@ -19,7 +19,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "data": BASE | ANNDATA,
     "nn": BASE | {"data"},
     "model": BASE | {"data", "nn"},
-    "_pretrained": BASE | {"model"},
+    "_pretrained": BASE | {"model", "_shared_weights"},
+    "_shared_weights": BASE | {"model"},  # a bundled checkpoint sharing another's weights, put together in the cache
     "train": BASE | {"data", "nn", "model", "_pretrained"},  # model.init_from resolves registry names
     "pp": BASE | {"data"} | ANNDATA,
     "tl": BASE | {"data", "nn", "model", "_pretrained", "train", "pp"} | ANNDATA,  # tl.adapt maps genes (species=)

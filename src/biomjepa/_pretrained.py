@@ -111,49 +111,14 @@ def _bundled_dir(rel: str) -> Path:
 
 
 def _bundled_path(entry: dict) -> Path:
-    """The directory of a bundled registry entry.
-
-    An entry with ``weights_from`` (v0.2.1: v0.2's weights behind its own fixed readout map) ships its own
-    ``config.json`` and ``SHA256SUMS`` but no weights file, so the package holds the shared weights once. Its
-    directory is put together once in ``settings.cachedir`` (``bundled/<name>-<pin>``: the two files copied, the
-    weights hard-linked or copied, then renamed into place whole) and is pinned like any bundled checkpoint: the
-    registry's ``checkpoint_sha256`` is that of the manifest, which hashes every file, checked when it loads."""
-    import shutil
-
-    from .model import CONFIG, MANIFEST, WEIGHTS
-
+    """The directory of a bundled registry entry; one with ``weights_from`` (v0.2.1: v0.2's weights behind its own
+    readout map, held once in the package) is put together in ``settings.cachedir`` (:mod:`biomjepa._shared_weights`)."""
     path = _bundled_dir(entry["path"])
     if "weights_from" not in entry:
         return path
-    target = settings.cachedir / "bundled" / f"{path.name}-{entry['checkpoint_sha256'][:16]}"
-    if all((target / f).is_file() for f in (CONFIG, MANIFEST, WEIGHTS)):
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    except OSError as err:
-        raise PermissionError(
-            f"Cannot create the cache directory {target.parent} ({err}), where the bundled {path.name} is put together "
-            "from the weights it shares. Set a writable one with `bj.settings.cachedir = '/path'` or the "
-            "BIOMJEPA_CACHE environment variable."
-        ) from err
-    try:
-        for name in (CONFIG, MANIFEST):
-            shutil.copyfile(path / name, tmp / name)
-        weights = _bundled_dir(entry["weights_from"]) / WEIGHTS
-        try:
-            os.link(weights, tmp / WEIGHTS)
-        except OSError:  # another file system, or links not allowed
-            shutil.copyfile(weights, tmp / WEIGHTS)
-        try:
-            tmp.rename(target)
-        except OSError:  # a concurrent call put it together first, or an incomplete one is in the way
-            if not all((target / f).is_file() for f in (CONFIG, MANIFEST, WEIGHTS)):
-                shutil.rmtree(target, ignore_errors=True)
-                tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    from ._shared_weights import put_together
+
+    return put_together(path, _bundled_dir(entry["weights_from"]), settings.cachedir, entry["checkpoint_sha256"])
 
 
 def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: str | None = None) -> tuple[Path, str]:
