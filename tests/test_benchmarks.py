@@ -521,7 +521,8 @@ def test_leiden_resolutions_keep_the_resolution_one_columns():
 
 def _seeded_row(rep: str, seed, seconds: float, f1: float, ari: float) -> dict:
     row = {"set": "immune", "representation": rep, "stat": "value", "n_cells": 1000, "seconds": seconds, "f1": f1,
-           "leiden_ari": ari - 0.01, "leiden_ari_mean": ari, "knn15_agreement": ari + 0.2}
+           "leiden_ari": ari - 0.01, "leiden_ari_mean": ari, "knn15_agreement": ari + 0.2,
+           "n_seeds": 10}  # the Leiden seeds (protocol.leiden_scores); a seed row's n_seeds counts adaptation seeds
     return row if seed is None else {**row, "adapt_seed": seed}
 
 

@@ -189,7 +189,7 @@ def seed_spread(rows: list[dict], key: str = "adapt_seed") -> list[dict]:
     for (s, rep), g in t.groupby(["set", "representation"], sort=False):
         if g[key].nunique() < 2:
             continue
-        num = g.select_dtypes("number").drop(columns=[key])
+        num = g.select_dtypes("number").drop(columns=[key, "n_seeds"], errors="ignore")  # n_seeds: Leiden's
         base = {"set": s, "representation": rep, "n_seeds": int(g[key].nunique()),
                 "adapt_seeds": " ".join(str(int(x)) for x in g[key])}
         out.append({**base, "stat": "seed_mean", **num.mean().to_dict()})
@@ -337,8 +337,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if 1.0 not in args.resolutions or min(args.resolutions) <= 0:
         p.error("--resolutions: positive numbers, 1 among them (scanpy's default)")
     args.resolutions = sorted(set(args.resolutions))
-    if args.leiden_seeds < 1:
-        p.error("--leiden-seeds must be >= 1")
+    if args.leiden_seeds < 1 or (args.csv and Path(args.csv).name != args.csv):
+        p.error("--leiden-seeds must be >= 1; --csv a file name (it goes to benchmarks/results)")
     if args.steps is not None and (min(args.steps) < 1 or len(set(args.steps)) < len(args.steps)):
         p.error("--steps must be distinct positive integers")
     if args.steps is not None and len(args.steps) > 1 and (args.test_cells or args.adapted):
@@ -381,8 +381,8 @@ def main(argv: list[str] | None = None) -> None:
             t = pd.DataFrame(set_rows)
             print(f"\n== {name}\n" + t[[c for c in show if c in t]].round(3).to_string(index=False), flush=True)
             print(pd.Series(total, dtype=object).to_string(), flush=True)
-    tag = "" if len(lengths) == 1 else "_steps" + "_".join(map(str, lengths))
-    path = write_csv(rows, args.csv or f"adapt_vs_scvi_{'_'.join(args.names)}{tag}.csv")
+            tag = "" if len(lengths) == 1 else "_steps" + "_".join(map(str, lengths))
+            path = write_csv(rows, args.csv or f"adapt_vs_scvi_{'_'.join(args.names)}{tag}.csv")  # each set: kept
     t = pd.DataFrame(headline(rows))
     if t["set"].nunique() > 1 and len(lengths) == 1:  # per tissue, side by side (never only the mean)
         cols = ["f1", "leiden_ari_mean", "knn15_agreement", "seconds"]
