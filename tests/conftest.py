@@ -8,11 +8,58 @@ from pathlib import Path
 import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+#: pytest-xdist (README's test command runs ``-n 2``) deals the tests out to its workers file by file: a file's
+#: module fixtures (the quick GPU suite of ``test_benchmarks.py``, one torchrun store of ``embed/test_torchrun.py``)
+#: are made once, in one worker. Files in :data:`XDIST_TOGETHER` share a session fixture and go to one worker
+#: (the 1,074 embedded demo cells); the files of :data:`XDIST_SPREAD` are dealt out test by test (each tutorial
+#: runs in a kernel of its own), and first.
+XDIST_SPREAD = {"tests/test_tutorials.py"}
+XDIST_TOGETHER = {"tests/nn/test_precision_accuracy.py": "tests/model/test_bundled.py"}
+
+
+def pytest_configure(config):
+    """Under ``-n N``, ``--dist loadgroup`` (xdist's default, ``load``, would split a file's tests over workers
+    and make its module fixtures once in each)."""
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") in ("no", "load"):
+        config.option.dist = "loadgroup"
+
+
+def _dist_asked(config) -> str | None:
+    """``--dist`` as given on the command line, or None (xdist's workers re-parse it and then reset the option)."""
+    args = [str(a) for a in config.invocation_params.args]
+    for i, arg in enumerate(args):
+        if arg == "--dist" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--dist="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Marks each test with its file's ``xdist_group`` (see :data:`XDIST_SPREAD`); no-op without pytest-xdist. In a
+    worker, also tells xdist's own hook (which runs next and reads ``option.loadgroup``) to suffix the test ids with
+    their group, as ``--dist loadgroup`` on the command line would: the controller schedules by those suffixes."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    if hasattr(config, "workerinput") and _dist_asked(config) in (None, "load", "loadgroup"):
+        config.option.loadgroup = True
+    spread = []
+    for item in items:
+        try:
+            name = item.path.resolve().relative_to(config.rootpath.resolve()).as_posix()
+        except ValueError:  # a test file outside the repository
+            name = str(item.path)
+        if name not in XDIST_SPREAD:
+            item.add_marker(pytest.mark.xdist_group(XDIST_TOGETHER.get(name, name)))
+        spread.append(name in XDIST_SPREAD)
+    # the tutorials first (each takes minutes): the other files' groups then fill both workers to the end
+    items[:] = [item for _, item in sorted(zip(spread, items), key=lambda pair: not pair[0])]
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _few_threads():
-    """Two torch threads (the two cores of CI). Under pytest-xdist (``-n N``, not used by README's command yet) the
+    """Two torch threads (the two cores of CI). Under pytest-xdist (``-n N``; README's command runs ``-n 2``) the
     cores are shared: ``2 // N`` threads per worker (at least one), and the processes a test starts (kernels,
     interpreters, torchrun ranks) inherit ``OMP_NUM_THREADS`` to match."""
     import os
