@@ -24,17 +24,6 @@ def pytest_configure(config):
         config.option.dist = "loadgroup"
 
 
-def _dist_asked(config) -> str | None:
-    """``--dist`` as given on the command line, or None (xdist's workers re-parse it and then reset the option)."""
-    args = [str(a) for a in config.invocation_params.args]
-    for i, arg in enumerate(args):
-        if arg == "--dist" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--dist="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Marks each test with its file's ``xdist_group`` (see :data:`XDIST_SPREAD`); no-op without pytest-xdist. In a
@@ -42,7 +31,8 @@ def pytest_collection_modifyitems(config, items):
     their group, as ``--dist loadgroup`` on the command line would: the controller schedules by those suffixes."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    if hasattr(config, "workerinput") and _dist_asked(config) in (None, "load", "loadgroup"):
+    # a worker resets option.dist; the command line's --dist (or PYTEST_ADDOPTS') stays in known_args_namespace
+    if hasattr(config, "workerinput") and getattr(config.known_args_namespace, "dist", "no") in ("no", "load"):
         config.option.loadgroup = True
     spread = []
     for item in items:

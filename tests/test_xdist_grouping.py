@@ -32,9 +32,9 @@ class _Item:
         self.marks.append(mark)
 
 
-def _config(has_xdist=True, args=("-n", "2"), **option):
+def _config(has_xdist=True, asked="no", **option):
     return SimpleNamespace(option=SimpleNamespace(**option), rootpath=ROOT,
-                           invocation_params=SimpleNamespace(args=args),
+                           known_args_namespace=SimpleNamespace(dist=asked),  # --dist as the command line gave it
                            pluginmanager=SimpleNamespace(hasplugin=lambda name: has_xdist and name == "xdist"))
 
 
@@ -51,12 +51,11 @@ def test_the_tutorials_are_dealt_first_and_the_rest_keeps_its_order():
     assert [i.path for i in items] == [ROOT / files[i] for i in (1, 3, 0, 2)]
 
 
-@pytest.mark.parametrize(("args", "grouped"), [(("-n", "2"), True), (("-n", "2", "--dist", "load"), True),
-                                               (("-n", "2", "--dist=loadfile"), False)])
-def test_a_worker_suffixes_test_ids_with_their_group(args, grouped):
+@pytest.mark.parametrize(("dist", "grouped"), [("no", True), ("load", True), ("loadfile", False)])
+def test_a_worker_suffixes_test_ids_with_their_group(dist, grouped):
     """xdist's workers re-parse the command line, where ``--dist`` is absent: conftest asks for the suffixes that
     ``--dist loadgroup`` would have them add (the controller schedules by them)."""
-    config = _config(args=args, loadgroup=False)
+    config = _config(asked=dist, loadgroup=False)
     config.workerinput = {"workerid": "gw0"}
     conftest.pytest_collection_modifyitems(config, [_Item(ROOT / "tests/test_benchmarks.py")])
     assert config.option.loadgroup is grouped

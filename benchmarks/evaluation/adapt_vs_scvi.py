@@ -269,14 +269,11 @@ def run_set(name: str, steps: int | None, scvi_epochs: int | None, *, seeds=(0,)
 
 def run_info() -> dict:
     """The CPU and torch (``_common.machine``), biomjepa's threads, cores, device, scvi-tools, commit and date."""
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import distributions
 
     import biomjepa as bj
 
-    try:
-        scvi = version("scvi-tools")
-    except PackageNotFoundError:
-        scvi = ""
+    scvi = next((d.version for d in distributions(name="scvi-tools")), "")  # "" where it is not installed
     return {**machine(), "bj_threads": bj.settings.num_threads, "cpu_count": os.cpu_count(),
             "device": bj.settings.device, "scvi_tools": scvi, "commit": commit(), "date": time.strftime("%Y-%m-%d")}
 
@@ -304,15 +301,14 @@ def parse_adapted(text: str) -> tuple[str, str]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--tissues", nargs="+", type=parse_tissue, default=None,
+    which.add_argument("--tissues", nargs="+", type=parse_tissue,
                        help=f"validation tissues, of {' '.join(VALIDATION)} (default {' '.join(TISSUES)})")
     which.add_argument("--test-cells", action="store_true",
                        help=f"the test cells ({TEST}) alone: once, after the choice")
     p.add_argument("--seeds", nargs="+", type=int, default=list(ADAPT_SEEDS),
                    help="adaptation seeds (default 0 1 2: their mean and s.d. per tissue and measure)")
     p.add_argument("--checkpoint", default=None, help="base checkpoint (default bj.settings.checkpoint)")
-    p.add_argument("--steps", nargs="+", type=int, default=None,
-                   help="adapt's steps, a whole run per length (default: its own, default_steps)")
+    p.add_argument("--steps", nargs="+", type=int, help="adapt's steps, a whole run per length (default: its own)")
     p.add_argument("--scvi-epochs", type=int, default=None, help="scVI max_epochs (default: scvi-tools' own)")
     p.add_argument("--resolutions", nargs="+", type=float, default=list(RESOLUTIONS),
                    help="Leiden resolutions (default 0.5 1 2; 1 always included)")
@@ -320,7 +316,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=BASELINES,
                    help="representations beside adapt (default all)")
     p.add_argument("--keep", type=Path, default=None, help="keep each adapted checkpoint as DIR/<tissue>_seed<k>")
-    p.add_argument("--adapted", nargs="+", type=parse_adapted, default=None, metavar="TISSUE=DIR",
+    p.add_argument("--adapted", nargs="+", type=parse_adapted, metavar="TISSUE=DIR",
                    help="score these adapted checkpoints instead of adapting (repeat a tissue for several seeds)")
     p.add_argument("--threads", type=int, default=None, help="torch threads for every model (default: as is)")
     p.add_argument("--csv", default=None, help="file name under benchmarks/results (default adapt_vs_scvi_<tissues>.csv)")
@@ -337,8 +333,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if 1.0 not in args.resolutions or min(args.resolutions) <= 0:
         p.error("--resolutions: positive numbers, 1 among them (scanpy's default)")
     args.resolutions = sorted(set(args.resolutions))
-    if args.leiden_seeds < 1 or (args.csv and Path(args.csv).name != args.csv):
-        p.error("--leiden-seeds must be >= 1; --csv a file name (it goes to benchmarks/results)")
+    if args.leiden_seeds < 1:
+        p.error("--leiden-seeds must be >= 1")
+    tag = "" if args.steps is None or len(args.steps) == 1 else "_steps" + "_".join(map(str, args.steps))
+    args.csv = args.csv or f"adapt_vs_scvi_{'_'.join(args.names)}{tag}.csv"
+    if Path(args.csv).name != args.csv:
+        p.error(f"--csv {args.csv}: a file name (the file is written to benchmarks/results)")
     if args.steps is not None and (min(args.steps) < 1 or len(set(args.steps)) < len(args.steps)):
         p.error("--steps must be distinct positive integers")
     if args.steps is not None and len(args.steps) > 1 and (args.test_cells or args.adapted):
@@ -381,8 +381,7 @@ def main(argv: list[str] | None = None) -> None:
             t = pd.DataFrame(set_rows)
             print(f"\n== {name}\n" + t[[c for c in show if c in t]].round(3).to_string(index=False), flush=True)
             print(pd.Series(total, dtype=object).to_string(), flush=True)
-            tag = "" if len(lengths) == 1 else "_steps" + "_".join(map(str, lengths))
-            path = write_csv(rows, args.csv or f"adapt_vs_scvi_{'_'.join(args.names)}{tag}.csv")  # each set: kept
+            path = write_csv(rows, args.csv)  # after each set: what is measured is kept
     t = pd.DataFrame(headline(rows))
     if t["set"].nunique() > 1 and len(lengths) == 1:  # per tissue, side by side (never only the mean)
         cols = ["f1", "leiden_ari_mean", "knn15_agreement", "seconds"]
