@@ -474,6 +474,8 @@ def test_adapt_vs_scvi_runs_the_three_validation_tissues_by_default():
     assert parse_args(["--test-cells"]).names == (TEST,)
     assert args.steps is None and parse_args(["--steps", "50", "75"]).steps == [50, 75]  # a whole run per length
     assert parse_args(["--tissues", "brain", "--adapted", "brain=A", "brain=B"]).adapted_dirs == {"brain": ["A", "B"]}
+    assert args.recipe == [] and parse_args(["--recipe", "gene_init=checkpoint", "lr=1e-3"]).recipe == [
+        ("gene_init", "checkpoint"), ("lr", 0.001)]  # typed as adapt's recipe types its default
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -486,6 +488,8 @@ def test_adapt_vs_scvi_runs_the_three_validation_tissues_by_default():
     (["--resolutions", "0.5", "2"], "1 among them"),
     (["--seeds", "0", "0"], "distinct"),
     (["--tissues", "pbmc", "--adapted", "brain=DIR"], "not among the tissues run"),
+    (["--recipe", "readout=max_top5"], "KEY one of gene_init"),
+    (["--recipe", "lr=fast"], "lr takes a float"),
 ])
 def test_adapt_vs_scvi_refuses_the_test_cells_in_the_tissue_list(argv, message, capsys):
     """The test cells are never a validation tissue: only ``--test-cells``, alone, and never to choose a run length;

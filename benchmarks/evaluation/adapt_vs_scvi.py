@@ -9,7 +9,9 @@ user makes and nothing else (data loading and scoring are outside every clock):
   each length, with its own warm-up and decay, as a user who asks for that many steps gets), once per
   adaptation seed (``--seeds``, default 0 1 2: issue 56 item 3, a change smaller than the seeds' spread is no
   choice), into a temporary ``out_dir`` removed afterwards (``--keep DIR`` keeps them as ``DIR/<tissue>_seed<k>``);
-  the genes are already mapped by the zero-shot call;
+  the genes are already mapped by the zero-shot call; ``--recipe KEY=VALUE ...`` replaces entries of adapt's recipe
+  (``biomjepa.train.adapt.RECIPE``: ``gene_init``, ``pooling``, ``lr``, ...) for every adapt call of the run, the lever
+  measured against the defaults' seeds (each row's ``recipe_changes`` names it);
 * ``scVI``: ``bj.bench.add_baselines(adata, ["scvi"])``: 2,000 HVGs (scanpy ``flavor="seurat"`` on the
   log-normalized cells), scvi-tools ``SCVI`` (10 latent dimensions, its other defaults, no batch: each set is
   one source) on their raw counts, for scvi-tools' default epochs (``min(400, 400 · 20,000 / n_cells)``) unless
@@ -128,7 +130,7 @@ def adapted(a, kind: str, steps: int | None, seed: int = 0, checkpoint: str | No
     rec = a.uns["X_adapt"]["adapt"]
     extra = {"seconds": seconds, "adapt_seed": int(seed), "steps": rec["steps"], "steps_done": rec["steps_done"],
              "train_seconds": rec["seconds"], "precision": rec["precision"], "graph": rec.get("graph"),
-             "pooling": rec["recipe"]["pooling"]}
+             "pooling": rec["recipe"]["pooling"], "gene_init": rec["recipe"]["gene_init"]}
     extra |= {f"phase_{k}": v for k, v in (rec.get("phases") or {}).items()}
     return a.obsm["X_adapt"].copy(), extra
 
@@ -298,6 +300,19 @@ def parse_adapted(text: str) -> tuple[str, str]:
     return tissue, directory
 
 
+def parse_recipe(text: str) -> tuple[str, object]:
+    """A ``--recipe`` entry: a key of adapt's recipe and its value, typed as the default's (a lever to measure)."""
+    from biomjepa.train.adapt import RECIPE
+
+    key, sep, value = text.partition("=")
+    if not sep or key not in RECIPE:
+        raise argparse.ArgumentTypeError(f"--recipe takes KEY=VALUE with KEY one of {', '.join(RECIPE)}; got {text!r}")
+    try:
+        return key, type(RECIPE[key])(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--recipe {text}: {key} takes a {type(RECIPE[key]).__name__}") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     which = p.add_mutually_exclusive_group()
@@ -319,6 +334,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--adapted", nargs="+", type=parse_adapted, metavar="TISSUE=DIR",
                    help="score these adapted checkpoints instead of adapting (repeat a tissue for several seeds)")
     p.add_argument("--threads", type=int, default=None, help="torch threads for every model (default: as is)")
+    p.add_argument("--recipe", nargs="+", type=parse_recipe, default=[], metavar="KEY=VALUE",
+                   help="entries replacing adapt's recipe (biomjepa.train.adapt.RECIPE), e.g. gene_init=checkpoint")
     p.add_argument("--csv", default=None, help="file name under benchmarks/results (default adapt_vs_scvi_<tissues>.csv)")
     return p
 
@@ -364,7 +381,12 @@ def main(argv: list[str] | None = None) -> None:
 
         torch.set_num_threads(args.threads)
         bj.settings.num_threads = args.threads  # the tl tools' own thread setting: the same count
-    info, rows = run_info(), []
+    recipe = dict(args.recipe)
+    if recipe:  # the lever measured: every adapt call of this run uses it, and each row names it
+        from biomjepa.train import adapt as adapt_recipe
+
+        adapt_recipe.RECIPE.update(recipe)
+    info, rows = run_info() | {"recipe_changes": " ".join(f"{k}={v}" for k, v in recipe.items())}, []
     lengths = args.steps or [None]
     show = ["representation", "adapt_seed", "steps", "stat", "dims", "seconds", "f1", "knn15_agreement",
             *(f"leiden_ari_mean_{res_tag(r)}" for r in args.resolutions),
