@@ -25,8 +25,8 @@ from biomjepa.model import checkpoint_sha256, load_checkpoint
 pytestmark = [pytest.mark.filterwarnings("ignore:The input measures only:UserWarning"),
               pytest.mark.usefixtures("own_cachedir")]  # tests/tl/conftest.py
 N, G = 240, 400
-#: width of an adapted embedding: the ``tiny`` base's d_model 32 × 4, the ``max_top5_mean_wmean`` readout adapt exports
-D = 128
+#: width of an adapted embedding: the ``tiny`` base's d_model 32 × 2, the ``max_top5`` readout adapt exports
+D = 64
 
 
 def cells(n: int = N, seed: int = 0) -> ad.AnnData:
@@ -110,9 +110,10 @@ def test_the_recipe_can_export_another_readout(tmp_path, base, monkeypatch):
     np.testing.assert_array_equal(later.obsm["X_biomjepa"], adata.obsm["X_biomjepa"])
 
 
-def test_the_default_restarts_the_gene_embeddings_from_the_cells_and_reads_out_both_poolings(tmp_path, base):
+def test_the_default_restarts_the_gene_embeddings_from_the_cells_and_reads_out_the_bases_pooling(tmp_path, base):
     """The recipe chosen on the validation tissues: gene embeddings re-initialised from these cells' PCA loadings
-    (not the base's), the EMA teacher exported, read out as ``max_top5`` ‖ ``mean_wmean``; all recorded."""
+    (not the base's), the EMA teacher exported, read out as ``max_top5`` (the base's readout; issue 56 on the v0.5
+    base: the immune cells' graph +0.043 over ``max_top5_mean_wmean``, the others level); all recorded."""
     from biomjepa.train.adapt import RECIPE
 
     adata = cells()
@@ -120,14 +121,14 @@ def test_the_default_restarts_the_gene_embeddings_from_the_cells_and_reads_out_b
     rec = adata.uns["biomjepa"]["adapt"]["recipe"]
     assert rec == {**RECIPE} and rec["gene_init"] == "pca" and rec["encoder"] == "teacher"
     ck, start = load_checkpoint(tmp_path / "ck"), load_checkpoint(base)
-    assert ck.config.pooling == adata.uns["biomjepa"]["params"]["pooling"] == "max_top5_mean_wmean"
+    assert ck.config.pooling == adata.uns["biomjepa"]["params"]["pooling"] == "max_top5"
     # the gene embeddings start again from the cells (3 steps alone move them far less than their own size)
     w, w0 = ck.encoder.gene_embedding.weight.detach(), start.encoder.gene_embedding.weight.detach()
     ids = torch.as_tensor(Vocab.default().index_of(list(adata.var_names)))
     assert (w[ids] - w0[ids]).norm() > 0.5 * w0[ids].norm()
-    # the embedding is the two readouts side by side, standardized per feature with these cells' statistics
+    # the embedding is max ‖ top-5 mean, standardized per feature with these cells' statistics
     Z = adata.obsm["X_biomjepa"]
-    assert Z.shape == (N, 4 * ck.config.d_model)
+    assert Z.shape == (N, 2 * ck.config.d_model)
     np.testing.assert_allclose(Z.mean(0), 0, atol=1e-4)
     np.testing.assert_allclose(Z.std(0), 1, atol=5e-3)
 

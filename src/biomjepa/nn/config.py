@@ -36,7 +36,7 @@ class ModelConfig:
     pooling
         Readout of the frozen cell embedding (:data:`biomjepa.nn.pooling.POOLINGS`): ``max_top5``
         (the paper; the default, and what checkpoints without the key use), a centred variant, ``mean_wmean``, or
-        ``max_top5_mean_wmean`` (both, ``4 * d_model`` wide; what ``bj.tl.adapt`` exports).
+        ``max_top5_mean_wmean`` (both, ``4 * d_model`` wide; what ``bj.tl.adapt`` exported until issue 56).
     """
 
     vocab_size: int = VOCAB_SIZE

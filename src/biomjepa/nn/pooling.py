@@ -24,7 +24,7 @@ token states, so the cell's mean state is exactly what training shapes; the seco
 distinguishes the cell's expressed genes. Both halves are smooth statistics (no per-feature maximum, which
 grows with the number of detected genes). Not invariant to a cell-wide shift: the level is kept on purpose.
 
-``max_top5_mean_wmean`` (issue 44; the readout ``bj.tl.adapt`` exports): ``max_top5`` ‖ ``mean_wmean``, ``[B, 4D]``.
+``max_top5_mean_wmean`` (issue 44; the readout ``bj.tl.adapt`` exported until issue 56 chose ``max_top5``): ``max_top5`` ‖ ``mean_wmean``, ``[B, 4D]``.
 Chosen on validation tissues (sorted PBMCs, Darmanis brain), where an adapted encoder read out with both kept
 ``max_top5``'s Leiden clusters on PBMCs and ``mean_wmean``'s few-shot F1 on them and its clusters on brain
 (``benchmarks/results/adapt_curve_validation_v0.4_both.csv``). Per-feature standardization (the checkpoint's

@@ -78,7 +78,7 @@ def adapt(
     Continues pretraining the checkpoint's encoder on these cells alone with the package's training
     loop (``model.init_from``; the recipe of :mod:`biomjepa.train.adapt`: the ``mini`` preset's objective
     on 64-cell batches, gene embeddings re-initialised from these cells' principal components, the EMA teacher
-    exported with the ``max_top5_mean_wmean`` readout, ``4 * d_model`` features), writes the adapted encoder as an
+    exported with the base's ``max_top5`` readout, ``2 * d_model`` features), writes the adapted encoder as an
     ordinary checkpoint directory, and embeds the cells with it (:func:`biomjepa.tl.embed`). Labels are never read.
     The same directory embeds query cells later: ``bj.tl.embed(query, checkpoint=out_dir)``; it reads them through
     the genes these cells detect (in at least 0.5 % of them), so adapt on cells that cover the query's genes: the
@@ -134,7 +134,7 @@ def adapt(
     ``None`` or a copy (``copy=True``), with
 
     ``.obsm[key_added]``
-        float32 ``[n_obs, 4·d_model]`` embedding by the adapted checkpoint (its readout's ``embedding_dim``),
+        float32 ``[n_obs, 2·d_model]`` embedding by the adapted checkpoint (its readout's ``embedding_dim``),
         standardized with feature statistics measured on these cells, recorded in the checkpoint.
     ``.uns["biomjepa"]["params"]``
         what :func:`biomjepa.tl.embed` records (the checkpoint is the adapted one; ``tool``: ``"bj.tl.adapt"``).
