@@ -110,6 +110,21 @@ def test_the_recipe_can_export_another_readout(tmp_path, base, monkeypatch):
     np.testing.assert_array_equal(later.obsm["X_biomjepa"], adata.obsm["X_biomjepa"])
 
 
+def test_the_recipe_sets_the_scale_of_the_re_initialised_gene_embeddings(tmp_path, base, monkeypatch):
+    """``gene_init_scale`` (a lever of issue 56) reaches the run: the cells' genes start at that standard deviation."""
+    import biomjepa.train.adapt as train_adapt
+
+    ids = torch.as_tensor(Vocab.default().index_of(list(cells().var_names)))
+    spread = {}
+    for scale in (0.02, 0.2):
+        monkeypatch.setitem(train_adapt.RECIPE, "gene_init_scale", scale)
+        adata = cells()
+        bj.tl.adapt(adata, base, steps=1, out_dir=tmp_path / f"ck{scale}")
+        assert adata.uns["biomjepa"]["adapt"]["recipe"]["gene_init_scale"] == scale
+        spread[scale] = load_checkpoint(tmp_path / f"ck{scale}").encoder.gene_embedding.weight.detach()[ids].std()
+    assert 5 < float(spread[0.2] / spread[0.02]) < 20
+
+
 def test_the_default_restarts_the_gene_embeddings_from_the_cells_and_reads_out_the_bases_pooling(tmp_path, base):
     """The recipe chosen on the validation tissues: gene embeddings re-initialised from these cells' PCA loadings
     (not the base's), the EMA teacher exported, read out as ``max_top5`` (the base's readout; issue 56 on the v0.5

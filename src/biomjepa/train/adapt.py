@@ -42,7 +42,8 @@ __all__ = ["adapt_encoder"]
 GRAPH_CACHE, GRAPH_CACHE_KEEP = "adapt-graphs", 8
 
 #: The adaptation recipe: what starts from the checkpoint, how fast it learns, which encoder is exported.
-#: ``gene_init``: ``checkpoint`` (keep its gene embeddings) or ``pca`` (re-initialise them from the cells).
+#: ``gene_init``: ``checkpoint`` (keep its gene embeddings) or ``pca`` (re-initialise them from the cells);
+#: ``gene_init_scale``: the standard deviation of ``pca``'s embeddings (the ``mini`` preset's 0.02).
 #: ``teacher_genes``: the teacher's gene budget per cell (the ``mini`` preset's 512; the step's cost grows with it);
 #: ``encoder``: the exported encoder, ``student`` (the one the optimizer trains) or ``teacher`` (its EMA);
 #: ``pooling``: the exported readout (:data:`biomjepa.nn.pooling.POOLINGS`; ``None``: the base checkpoint's).
@@ -61,8 +62,8 @@ GRAPH_CACHE, GRAPH_CACHE_KEEP = "adapt-graphs", 8
 #: (immune +0.043, three seed s.d.; the others level), few-shot F1 0.660 / 0.898 / 0.942 against 0.672 / 0.900 /
 #: 0.944; keeping the base's gene embeddings (``checkpoint``) loses on PBMC and brain with either readout (0.625 /
 #: 0.799 / 0.440 with the 512 one, 0.756 / 0.776 / 0.393 with ``max_top5``), so ``pca`` stays.
-RECIPE = {"gene_init": "pca", "lr": 3e-3, "warmup_steps": 50, "batch_size": 64, "encoder": "teacher",
-          "momentum_start": 0.996, "momentum_end": 0.9997, "teacher_genes": 256, "pooling": "max_top5"}
+RECIPE = {"gene_init": "pca", "gene_init_scale": 0.02, "lr": 3e-3, "warmup_steps": 50, "batch_size": 64,
+          "encoder": "teacher", "momentum_start": 0.996, "momentum_end": 0.9997, "teacher_genes": 256, "pooling": "max_top5"}
 
 
 def adapt_encoder(
@@ -257,7 +258,8 @@ def _config(shard, work: Path, arch: dict, init_from: str, steps: int, seed: int
         "run": {"out_dir": str(work / "runs"), "run_name": "adapt", "seed": int(seed), "steps": int(steps)},
         "data": {"corpus": [str(shard)], "cache_dir": str(work / "cache"), "batch_size": recipe["batch_size"],
                  "accumulation": 1, "num_workers": 0, "teacher_genes": int(recipe["teacher_genes"])},
-        "model": {"preset": "mini", "overrides": arch, "init_from": str(init_from), "gene_init": recipe["gene_init"]},
+        "model": {"preset": "mini", "overrides": arch, "init_from": str(init_from), "gene_init": recipe["gene_init"],
+                  "gene_init_scale": recipe["gene_init_scale"]},
         "optim": {"lr": recipe["lr"], "min_lr": min(1e-6, recipe["lr"]),
                   "warmup_steps": min(int(recipe["warmup_steps"]), max(1, steps // 4))},
         "teacher": {"momentum_start": recipe["momentum_start"], "momentum_end": recipe["momentum_end"]},
