@@ -567,3 +567,16 @@ def test_curves_mean_rows_only_where_every_tissue_was_scored():
     mean = m[m["set"] == "mean"]
     assert len(mean) == 1 and mean["step"].iloc[0] == 500 and mean["presentations"].iloc[0] == 32000
     assert mean["value"].iloc[0] == pytest.approx(0.7667, abs=1e-4)
+
+
+def test_adapt_readout_stats_rescales_a_standardized_embedding_to_each_fixed_scale():
+    """The shipped embedding back to its raw readout and to the base's scale (issue 56's statistics probe)."""
+    from benchmarks.evaluation.adapt_readout_stats import rescaled
+
+    rng = np.random.default_rng(0)
+    raw = rng.normal(3.0, [0.1, 2.0, 5.0], size=(50, 3))
+    mean, scale, base_scale = raw.mean(0), raw.std(0), np.array([1.0, 4.0, 0.5])
+    v = rescaled((raw - mean) / scale, scale, base_scale)
+    np.testing.assert_allclose(v["own"].std(0), 1.0)
+    np.testing.assert_allclose(v["raw"], raw - mean, atol=1e-12)  # centring moves no neighbour
+    np.testing.assert_allclose(v["base"], (raw - mean) / base_scale, atol=1e-12)
