@@ -1,20 +1,10 @@
-"""Which per-feature scale should an adapted checkpoint's readout carry? (issue 56)
-
-``bj.tl.adapt`` records the adapted cells' own per-feature statistics, so its checkpoint returns
-``(z - mean_cells) / scale_cells``; the base returns ``(z - mean_corpus) / scale_corpus``. Each is a fixed map (query
-cells land in the same space). Only the per-feature scale changes a Euclidean neighbour graph, and few-shot F1
-standardizes its input, so it cannot change. For checkpoints kept by ``adapt_vs_scvi.py --keep DIR``
-(``DIR/<tissue>_seed<k>``) this scores, with ``benchmarks/protocol.py``, the adapted embedding scaled by
-
-* ``own``: the adapted cells' statistics (what ``bj.tl.adapt`` ships), ``raw``: no per-feature scale, ``base``: the
-  base checkpoint's corpus scale of the same features (its readout must match the adapted one);
-
-and the base's zero-shot embedding with its corpus scale (``corpus``, shipped), the cells' own scale, and raw::
+"""Which per-feature scale should an adapted checkpoint's readout carry? (issue 56) Only that scale moves a Euclidean
+graph (F1 standardizes its input). Checkpoints kept by ``adapt_vs_scvi.py --keep DIR`` (``DIR/<tissue>_seed<k>``,
+scored by ``protocol.py``) with the adapted cells' statistics (``own``, shipped), none (``raw``), the base's corpus
+scale (``base``); the zero-shot embedding with its ``corpus`` scale (shipped), ``own`` and ``raw``. Writes
+``benchmarks/results/adapt_readout_stats_<tag>.csv``, a row per (tissue, representation, stats, seed)::
 
     python benchmarks/evaluation/adapt_readout_stats.py --kept DIR [--tissues pbmc brain immune] [--seeds 0 1 2]
-
-Writes ``benchmarks/results/adapt_readout_stats_<tag>.csv`` (``--tag``), one row per (tissue, representation, stats,
-seed).
 """
 
 from __future__ import annotations
@@ -25,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `benchmarks` imports as a package
 
@@ -38,8 +29,8 @@ def rescaled(Z: np.ndarray, scale: np.ndarray, base_scale: np.ndarray) -> dict[s
     return {"own": Z.astype(np.float64), "raw": raw, "base": raw / base_scale}
 
 
-def readout(directory: str | Path) -> dict:
-    return json.loads((Path(directory) / "config.json").read_text())["readout"]
+def scale_of(directory: str | Path) -> np.ndarray:
+    return np.asarray(json.loads((Path(directory) / "config.json").read_text())["readout"]["scale"])
 
 
 def run_tissue(name: str, kept: Path, seeds, base: str) -> list[dict]:
@@ -50,22 +41,18 @@ def run_tissue(name: str, kept: Path, seeds, base: str) -> list[dict]:
     keep = labelled(labels)
     bj.pp.map_vocab(a, **mapping)
     bj.tl.embed(a, checkpoint=base, input=kind)
-    base_scale = np.asarray(readout(resolve_checkpoint(base)[0])["scale"])
+    base_scale = scale_of(resolve_checkpoint(base)[0])
     raw0 = a.obsm["X_biomjepa"] * base_scale
     reps = {("zero-shot", "corpus", -1): a.obsm["X_biomjepa"], ("zero-shot", "raw", -1): raw0,
             ("zero-shot", "own", -1): (raw0 - raw0.mean(0)) / raw0.std(0)}
     for seed in seeds:
         d = kept / f"{name}_seed{seed}"
         bj.tl.embed(a, checkpoint=str(d), input=kind, key_added="X_adapted")
-        variants = rescaled(a.obsm["X_adapted"], np.asarray(readout(d)["scale"]), base_scale)
+        variants = rescaled(a.obsm["X_adapted"], scale_of(d), base_scale)
         reps |= {("adapt", stats, seed): Z for stats, Z in variants.items()}
-    rows = []
-    for (rep, stats, seed), Z in reps.items():
-        r = {"set": name, "representation": rep, "stats": stats, "adapt_seed": seed}
-        rows.append(r | embedding_scores(np.asarray(Z[keep], np.float32), labels[keep], leiden_seeds=range(10),
-                                         resolutions=(0.5, 1.0, 2.0)))
-        print(name, rep, stats, seed, *(f"{k} {rows[-1][k]:.3f}" for k in ("leiden_ari_mean_r1", "knn15_agreement")))
-    return rows
+    return [{"set": name, "representation": rep, "stats": stats, "adapt_seed": seed}
+            | embedding_scores(np.asarray(Z[keep], np.float32), labels[keep], leiden_seeds=range(10),
+                               resolutions=(0.5, 1.0, 2.0)) for (rep, stats, seed), Z in reps.items()]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,7 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tag", default="three_tissues", help="the CSV is adapt_readout_stats_<tag>.csv")
     args = p.parse_args(argv)
     rows = [r for t in args.tissues for r in run_tissue(t, args.kept, args.seeds, args.checkpoint)]
-    write_csv(rows, f"adapt_readout_stats_{args.tag}.csv")
+    table = pd.DataFrame(rows).groupby(["set", "representation", "stats"])[["leiden_ari_mean_r1", "knn15_agreement"]]
+    print(table.mean().round(3), write_csv(rows, f"adapt_readout_stats_{args.tag}.csv"))
 
 
 if __name__ == "__main__":
