@@ -61,7 +61,8 @@ GRAPH_CACHE, GRAPH_CACHE_KEEP = "adapt-graphs", 8
 #: readout ``max_top5`` (256 features) 0.780 / 0.828 / 0.457 against ``max_top5_mean_wmean``'s 0.781 / 0.828 / 0.414
 #: (immune +0.043, three seed s.d.; the others level), few-shot F1 0.660 / 0.898 / 0.942 against 0.672 / 0.900 /
 #: 0.944; keeping the base's gene embeddings (``checkpoint``) loses on PBMC and brain with either readout (0.625 /
-#: 0.799 / 0.440 with the 512 one, 0.756 / 0.776 / 0.393 with ``max_top5``), so ``pca`` stays.
+#: 0.799 / 0.440 with the 512 one, 0.756 / 0.776 / 0.393 with ``max_top5``), so ``pca`` stays. Inside the seeds'
+#: spread on every tissue, so not chosen: ``lr`` 1e-3, the student exported, momentum 0.99, ``gene_init_scale`` 0.037.
 RECIPE = {"gene_init": "pca", "gene_init_scale": 0.02, "lr": 3e-3, "warmup_steps": 50, "batch_size": 64,
           "encoder": "teacher", "momentum_start": 0.996, "momentum_end": 0.9997, "teacher_genes": 256, "pooling": "max_top5"}
 
