@@ -317,7 +317,10 @@ MAPPING_KEYS = {"baron2016_mouse": MOUSE, "zilionis2019": MOUSE, "grun2016": MOU
                 # the v0.5 files (2026-11-28): seven mouse, Friedman 2018 with Ensembl ids and a symbol column
                 "hochgerner2018": MOUSE, "jaitin2014": MOUSE, "vanhove2019": MOUSE, "tabulamuris2018": MOUSE,
                 "macosko2015_mouse": MOUSE, "nowotschin2019": MOUSE, "ting2014": MOUSE,
-                "friedman2018": {"gene_key": "gene_symbol"}}
+                "friedman2018": {"gene_key": "gene_symbol"},
+                # the files added on 2026-12-07 (issue 69): Tabula Muris kidney (above), two mouse plate sets;
+                # the MALT lymphoma carries human symbols
+                "serviss2019": MOUSE, "deng2014": MOUSE}
 
 
 def mapping_keys(name: str) -> dict:

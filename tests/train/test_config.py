@@ -218,32 +218,68 @@ def test_the_older_bf16_key_may_not_contradict_precision():
     assert load_config("tiny", ["loop.bf16=true", "loop.precision=bf16"]).loop.amp == "bf16"
 
 
-#: what no corpus may hold (the test and validation cells) and what is not whole-transcriptome (panels)
+#: what no corpus may hold (the four validation tissues and the multi-chemistry PBMCs) and what is not
+#: whole-transcriptome (panels)
 HELD_OUT = {"darmanis2015_brain_466cells_raw.h5ad", "tabulamuris2018_mouse_immune_10x_1000cells_raw.h5ad",
-            "pbmc_10x_1kv2_1kv3_5prime_2860cells_raw.h5ad"}
+            "tabulamuris2018_mouse_kidney_facs_865cells_raw.h5ad", "pbmc_10x_1kv2_1kv3_5prime_2860cells_raw.h5ad"}
 PANELS = {"kang2018_pbmc_8684cells_raw.h5ad", "norman2019_mcfaline2023_subset_500genes.h5ad",
           "papalexi2021_thp1_crispr_20729cells_299genes.h5ad"}
 #: files that share cells with a held-out set: in the corpus only without them
 PARTLY_HELD_OUT = {"baron2016_pancreas_2142cells_raw.h5ad": "heldout_baron2016_pancreas.txt",
                    "pbmc_sorted_2140cells_raw.h5ad": "heldout_pbmc_sorted.txt"}
+#: the whole-transcriptome files added to ../shared/data on 2026-12-07 (issue 69): in the v0.6 corpus, not v0.5's
+ADDED_FOR_V06 = {"tenx2019_malt_lymphoma_2100cells_raw.h5ad", "serviss2019_mouse_gut_epithelium_416cells_raw.h5ad",
+                 "deng2014_mouse_preimplantation_embryo_291cells_raw.h5ad"}
+#: plate sets (read counts) and mouse files, by name prefix
+READS = {"ting2014", "pollen2014", "camp2015", "mls_liposarcoma", "goolam2016", "islam2011", "serviss2019", "deng2014"}
+MOUSE_FILES = ("zilionis2019", "grun2016", "islam2011", "hochgerner2018", "jaitin2014", "vanhove2019", "nowotschin2019",
+               "ting2014", "goolam2016", "baron2016_mouse", "macosko2015_mouse", "serviss2019", "deng2014")
+
+
+def _recipe_corpus(name: str) -> dict:
+    from pathlib import Path
+
+    recipe = Path(__file__).resolve().parents[2] / "models" / name
+    if not recipe.is_file():
+        pytest.skip(f"models/{name} not in this checkout")
+    return {Path(e["path"]).name: e for e in load_config(recipe).data.corpus}
+
+
+def _check_corpus(corpus: dict) -> None:
+    from pathlib import Path
+
+    for name, heldout in PARTLY_HELD_OUT.items():
+        assert Path(corpus[name]["exclude_obs"]).name == heldout
+    reads = {n for n, e in corpus.items() if e.get("counts") == "reads"}
+    assert reads == {n for n in corpus if n.startswith(tuple(READS))}
+    mouse = {n for n, e in corpus.items() if e.get("species") == "mouse"}
+    assert mouse == {n for n in corpus if n.startswith(MOUSE_FILES)}
 
 
 @pytest.mark.shared
 def test_v05_corpus_is_every_whole_transcriptome_file_but_the_held_out(shared_data):
-    """Issue 54: the v0.5 recipe trains on every whole-transcriptome file of ../shared/data/scrna except the three
-    validation tissues and the multi-chemistry PBMCs, and on the Baron and sorted-PBMC files without their test
+    """Issue 54: the v0.5 recipe trains on every whole-transcriptome file of ../shared/data/scrna of its day except
+    the validation tissues and the multi-chemistry PBMCs, and on the Baron and sorted-PBMC files without their test
     and validation cells; plate read counts enter as reads. A file added to ../shared without a decision fails."""
+    corpus = _recipe_corpus("biomjepa-mini-v0.5.yaml")
+    files = {f.name for f in (shared_data / "scrna").glob("*.h5ad")}
+    assert set(corpus) == files - HELD_OUT - PANELS - ADDED_FOR_V06
+    _check_corpus(corpus)
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("recipe", ["biomjepa-mini-v0.6-d128.yaml", "biomjepa-mini-v0.6-d256.yaml"])
+def test_v06_corpus_is_every_whole_transcriptome_file_but_the_four_validation_tissues(shared_data, recipe):
     from pathlib import Path
 
-    recipe = Path(__file__).resolve().parents[2] / "models" / "biomjepa-mini-v0.5.yaml"
-    if not recipe.is_file():
-        pytest.skip("models/biomjepa-mini-v0.5.yaml not in this checkout")
-    corpus = {Path(e["path"]).name: e for e in load_config(recipe).data.corpus}
+    """Issue 69: both width arms train on the same corpus, v0.5's and the three files added on 2026-12-07; the
+    Tabula Muris kidney cells (the fourth validation tissue) are in no corpus; the arms differ only in width."""
+    corpus = _recipe_corpus(recipe)
     files = {f.name for f in (shared_data / "scrna").glob("*.h5ad")}
     assert set(corpus) == files - HELD_OUT - PANELS
-    for name, heldout in PARTLY_HELD_OUT.items():
-        assert Path(corpus[name]["exclude_obs"]).name == heldout
-    reads = {n for n, e in corpus.items() if e.get("counts") == "reads"}
-    assert {"ting2014_mouse_pancreatic_ctc_tumour_149cells_raw.h5ad", "pollen2014_neural_64cells_raw.h5ad"} <= reads
-    assert all(corpus[n].get("species") == "mouse" for n in corpus if "mouse" in n or n.startswith(
-        ("zilionis2019", "grun2016", "islam2011", "hochgerner2018", "jaitin2014", "vanhove2019", "nowotschin2019")))
+    _check_corpus(corpus)
+    assert corpus == _recipe_corpus("biomjepa-mini-v0.6-d128.yaml")
+    a, b = (load_config(Path(__file__).resolve().parents[2] / "models" / r)
+            for r in (recipe, "biomjepa-mini-v0.6-d128.yaml"))
+    assert (a.data, a.blocks, a.loss, a.optim, a.run.steps, a.run.seed) == (b.data, b.blocks, b.loss, b.optim,
+                                                                               b.run.steps, b.run.seed)
