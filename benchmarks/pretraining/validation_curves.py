@@ -1,4 +1,4 @@
-"""Learning curves of a pretraining run on the validation tissues, against presentations (issues 43 and 54).
+"""Learning curves of a pretraining run on the validation tissues, against presentations (issues 43, 54 and 69).
 
 For every saved training state whose step is a multiple of ``--every`` (step 0 included when it was saved), and
 the last saved state whatever its step (what ``export_bundled.py`` exports by default), that the CSV does not
@@ -9,9 +9,11 @@ fixed feature statistics of that readout over ``--feature-cells`` cells of the r
 its weights stored as ``--dtype`` (float32 by default; ``bfloat16`` scores what ``export_bundled.py`` ships). The
 exports are scored with ``validation_tissues.py``'s protocol (its ``score_set``, one call per tissue and
 state: the 20 %-thinned PBMCs are drawn once per call and re-embedded by each export) on ``--tissues`` (default
-the three validation tissues: ``pbmc``, the 1,072 held-out sorted PBMCs; ``brain``, the 420 Darmanis cells read
-as reads; ``immune``, the 1,000 Tabula Muris mouse immune cells): few-shot k = 5 macro-F1, Leiden ARI with
-scanpy's defaults (mean and s.d. over ``--leiden-seeds`` seeds), 15-NN label agreement, the number of Leiden
+the four validation tissues: ``pbmc``, the 1,072 held-out sorted PBMCs; ``brain``, the 420 Darmanis cells read
+as reads; ``immune``, the 1,000 Tabula Muris mouse immune cells; ``kidney``, the 517 typed Tabula Muris mouse kidney
+cells, read as reads): few-shot k = 5 macro-F1, Leiden ARI with
+scanpy's defaults (mean and s.d. over ``--leiden-seeds`` seeds; with ``--resolutions`` also the best mean over
+them, ``leiden_ari_best``), 15-NN label agreement, the number of Leiden
 clusters and, on ``pbmc``, the 20 %-thinned agreement (``--no-thinned`` leaves it out: a quarter of a state's cost).
 
 Rows ``step, presentations, readout, set, metric, value`` are appended to ``results/<--csv>`` after each
@@ -30,7 +32,7 @@ references as horizontal lines). It is CPU-heavy: not beside a CPU training run.
 
     python benchmarks/pretraining/validation_curves.py /work/bj_v05/runs/biomjepa-mini-v0.5 [--every 500] \\
         [--readouts max_top5 mean_wmean] [--reference v0.4=biomjepa-mini-v0.4] [--leiden-seeds 10] \\
-        [--tissues pbmc brain immune] [--csv pretrain_curves_v0.5.csv] [--plot docs/figures/pretrain_curves_v0.5.png]
+        [--resolutions 0.25 0.5 1 2] [--csv pretrain_curves_v0.5.csv] [--plot docs/figures/pretrain_curves_v0.5.png]
 """
 
 from __future__ import annotations
@@ -52,9 +54,12 @@ from benchmarks.protocol import SETS, TISSUES
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))  # export_bundled
 
-TITLES = {"pbmc": "sorted PBMCs", "brain": "Darmanis brain (reads)", "immune": "Tabula Muris immune (mouse)"}
-METRICS = ("f1", "leiden_ari_mean", "leiden_ari_sd", "knn15_agreement", "n_clusters", "thinned_agreement")
+TITLES = {"pbmc": "sorted PBMCs", "brain": "Darmanis brain (reads)", "immune": "Tabula Muris immune (mouse)",
+          "kidney": "Tabula Muris kidney (mouse, reads)"}
+METRICS = ("f1", "leiden_ari_mean", "leiden_ari_sd", "knn15_agreement", "n_clusters", "thinned_agreement",
+           "leiden_ari_best", "leiden_ari_best_sd", "leiden_res_best")
 PLOTTED = {"f1": "few-shot k = 5 macro-F1", "leiden_ari_mean": "Leiden ARI (scanpy defaults)",
+           "leiden_ari_best": "Leiden ARI, best resolution",
            "knn15_agreement": "15-NN label agreement"}
 RULE = ("f1", "leiden_ari_mean")  # the curves the stopping rule and the shipping rule read
 BASELINES = ("pca50", "depth")  # validation_tissues' names of PCA-50 and the depth baseline
@@ -111,11 +116,11 @@ def export_state(path: Path, run: Path, readouts: list[str], feature_cells: int,
 
 
 def score(checkpoints: dict[str, str], tags: dict[str, tuple], leiden_seeds: int, tissues,
-          thinned: bool = True) -> list[dict]:
+          thinned: bool = True, resolutions=None) -> list[dict]:
     """``score_set``'s rows on ``tissues``, long; only the representations in ``tags`` (→ step, presentations)."""
     rows = []
     for name in tissues:
-        for r in score_set(name, checkpoints, leiden_seeds, thinned):
+        for r in score_set(name, checkpoints, leiden_seeds, thinned, resolutions):
             if r["representation"] not in tags:
                 continue
             r.setdefault("leiden_ari_mean", r["leiden_ari"])  # a single seed
@@ -226,6 +231,8 @@ def main() -> None:
     p.add_argument("--no-thinned", action="store_true", help="leave out the 20 %%-thinned PBMC agreement")
     p.add_argument("--patience", type=int, default=2, help="probe points after the best for the stopping rule")
     p.add_argument("--leiden-seeds", type=int, default=10)
+    p.add_argument("--resolutions", nargs="+", type=float, default=None,
+                   help="also Leiden ARI at these resolutions and their best (leiden_ari_best; issue 69: 0.25 0.5 1 2)")
     p.add_argument("--feature-cells", type=int, default=1024, help="corpus cells for the fixed feature statistics")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="storage dtype of the exported weights (bfloat16: what export_bundled.py ships)")
@@ -261,7 +268,8 @@ def main() -> None:
                                                              args.world_size, tmp, args.dtype)
                 cks |= exported
                 tags |= {k: (step, presentations) for k in exported}
-            new = pd.DataFrame(score(cks, tags, args.leiden_seeds, args.tissues, not args.no_thinned))
+            res = sorted({1.0, *args.resolutions}) if args.resolutions else None
+            new = pd.DataFrame(score(cks, tags, args.leiden_seeds, args.tissues, not args.no_thinned, res))
         if len(table):  # a state scored before on fewer tissues: its old rows give way to the new ones
             key = ["step", "readout", "set"]
             old = table.set_index(key).index.isin(new.set_index(key).index)

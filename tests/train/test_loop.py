@@ -148,6 +148,15 @@ def test_pca_gene_init_cell_centre_and_probe_log(tmp_path, counts_adata):
     # a fresh run starts from exactly these embeddings (step-0 probe came from them)
     E2 = pca_gene_embedding(Corpus(cfg.data.cache_dir), 19264, 32, scale=0.02, seed=cfg.run.seed)
     np.testing.assert_array_equal(E, E2)
+    # gene_init: pca_unit (issue 69): the same directions, every detected gene at one norm, the same overall scale
+    U = pca_gene_embedding(Corpus(cfg.data.cache_dir), 19264, 32, scale=0.02, seed=cfg.run.seed, unit=True)
+    rows, unit_rows = E[:1500][detected], U[:1500][detected]
+    assert np.linalg.norm(rows, axis=1).std() > 0.1 * np.linalg.norm(rows, axis=1).mean()  # pca: norms differ
+    np.testing.assert_allclose(np.linalg.norm(unit_rows, axis=1), np.linalg.norm(unit_rows, axis=1).mean(), rtol=1e-4)
+    cos = (rows * unit_rows).sum(1) / np.linalg.norm(rows, axis=1) / np.linalg.norm(unit_rows, axis=1)
+    assert cos.min() > 0.9999 and np.isclose(unit_rows[:, :31].std(), 0.02, rtol=0.05)
+    np.testing.assert_array_equal(U[1500:], E[1500:])  # never-seen genes as before
+    assert tiny_config(tmp_path / "u", gene_init="pca_unit").model.gene_init == "pca_unit"
 
 
 def test_cell_centre_needs_gene_centre(tmp_path):

@@ -45,12 +45,16 @@ def pca_gene_embedding(
     min_detected: float = 0.005,
     seed: int = 0,
     instead: str = "random",
+    unit: bool = False,
 ) -> np.ndarray:
     """``[vocab_size, d_model]`` float32 gene embeddings from the corpus' principal-component loadings.
 
     Loadings are ``components · sqrt(explained variance)`` (so leading components weigh more),
     then the whole matrix is rescaled to standard deviation ``scale`` over the detected genes.
-    Deterministic for a given corpus and ``seed``. A corpus too small for PCA is refused, advising
+    ``unit=True`` (``gene_init: pca_unit``, issue 69) gives every detected gene's row the same norm before that
+    rescaling: the direction of its loadings is kept, their length (the gene's variance on the leading components,
+    largest for the hormones, ribosomal and mitochondrial genes) is not, so no gene starts with a token state that
+    takes the per-feature maximum of every cell that detects it. Deterministic for a given corpus and ``seed``. A corpus too small for PCA is refused, advising
     ``model.gene_init: {instead}`` (``checkpoint`` for a run with ``model.init_from``, which refuses ``random``).
     """
     from sklearn.decomposition import PCA
@@ -68,6 +72,8 @@ def pca_gene_embedding(
     dense = X[:, cols].toarray().astype(np.float32)
     pca = PCA(n_components=k, svd_solver="randomized", random_state=seed).fit(dense)
     load = (pca.components_.T * np.sqrt(pca.explained_variance_)[None, :]).astype(np.float32)
+    if unit:
+        load /= np.maximum(np.linalg.norm(load, axis=1, keepdims=True), np.finfo(np.float32).tiny)
     rng = np.random.default_rng(seed)
     E = (rng.standard_normal((vocab_size, d_model)) * scale / 10).astype(np.float32)
     E[cols, :k] = load / load.std() * scale

@@ -45,6 +45,7 @@ from .runlock import lock_run_dir, unlock_run_dir
 from .running import KINDS, RunningTargets
 from .schedules import lr_at, momentum_at
 from .setup import (
+    PCA_INITS,
     caller_rng_kept,
     check_run_inputs,
     check_shapes,
@@ -166,7 +167,7 @@ class Trainer:
         self.init_from = None  # a resumed run takes the record from its state (_restore)
         if cfg.model.init_from is not None and fresh:
             self.init_from = init_from_checkpoint(self.model, self.corpus, cfg, self.info)
-        elif cfg.model.gene_init == "pca" and fresh:
+        elif cfg.model.gene_init in PCA_INITS and fresh:
             init_gene_embedding(self.model, self.corpus, cfg.model, cfg.run.seed, device)
         self.teacher = make_teacher(self.model.student)
         mc, t = self.model.config, cfg.teacher

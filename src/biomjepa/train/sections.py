@@ -84,7 +84,8 @@ class ModelSection:
 
     preset: str = "base"
     overrides: dict = field(default_factory=dict)
-    gene_init: Literal["random", "pca", "checkpoint"] = "random"  # pca: loadings of the corpus' leading PCs
+    # pca: loadings of the corpus' leading PCs; pca_unit: the same directions, every gene at one norm (issue 69)
+    gene_init: Literal["random", "pca", "pca_unit", "checkpoint"] = "random"
     gene_init_scale: float = 0.02
     init_from: str | None = None
     pred_layers: int = 4

@@ -102,13 +102,19 @@ def open_graph(cfg: TrainConfig, corpus: Corpus, info: DistInfo):
     return find_graph(corpus.root / GRAPH_DIR)
 
 
+#: the ``model.gene_init`` values that start the gene embeddings from this corpus's PCA loadings
+PCA_INITS = ("pca", "pca_unit")
+
+
 def init_gene_embedding(model, corpus: Corpus, cfg: ModelSection, seed: int, device) -> None:
-    """``model.gene_init: pca``: gene embeddings (and the predictor's block queries) from corpus PCA loadings."""
+    """``model.gene_init: pca`` / ``pca_unit``: gene embeddings (and the predictor's block queries) from corpus PCA
+    loadings (``pca_unit``: each detected gene's row at one norm)."""
     from .gene_init import pca_gene_embedding
 
     mc = model.config
     E = pca_gene_embedding(corpus, mc.vocab_size, mc.d_model, scale=cfg.gene_init_scale, seed=seed,
-                           instead="checkpoint" if cfg.init_from is not None else "random")
+                           instead="checkpoint" if cfg.init_from is not None else "random",
+                           unit=cfg.gene_init == "pca_unit")
     E = torch.from_numpy(E).to(device)
     with torch.no_grad():
         model.student.gene_embedding.weight[: mc.vocab_size].copy_(E)
@@ -141,7 +147,7 @@ def init_from_checkpoint(model, corpus: Corpus, cfg: TrainConfig, info: DistInfo
     check_fit(base.config, model.config, ref)
     with torch.no_grad():
         model.student.load_state_dict(base.encoder.state_dict())
-    if cfg.model.gene_init == "pca":
+    if cfg.model.gene_init in PCA_INITS:
         init_gene_embedding(model, corpus, cfg.model, cfg.run.seed, info.device)
     else:
         with torch.no_grad():
@@ -150,7 +156,7 @@ def init_from_checkpoint(model, corpus: Corpus, cfg: TrainConfig, info: DistInfo
               "checkpoint_sha256": str(base.info.get("checkpoint_sha256", "")),
               "weights_sha256": str(base.info.get("sha256", ""))}
     logger.info("init_from %s (checkpoint sha256 %s); gene embeddings: %s", record["name"],
-                record["checkpoint_sha256"][:12] or "?", "this corpus's PCA" if cfg.model.gene_init == "pca" else "kept")
+                record["checkpoint_sha256"][:12] or "?", "this corpus's PCA" if cfg.model.gene_init in PCA_INITS else "kept")
     return record
 
 
