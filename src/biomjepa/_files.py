@@ -11,8 +11,8 @@ cache, shared for processes that read one. The kernel releases it when the proce
 crash never leaves a stale lock. Within one process the locks on one file are counted (a reader
 that then (re)writes upgrades its own shared lock); a process refused a lock gets a
 :class:`LockBusy` naming the holders (from ``/proc/locks`` where there is one, else the record an
-exclusive holder writes into the lock file: pid, host and command). Platforms without ``fcntl``
-(Windows) run unlocked.
+exclusive holder writes into the lock file: pid, host and command; :mod:`biomjepa._lockfile` opens it so that no
+link planted under its name can redirect that record). Platforms without ``fcntl`` (Windows) run unlocked.
 
 Stop signals while writing: :mod:`biomjepa._stops`.
 """
@@ -259,6 +259,8 @@ def lock(path: str | os.PathLike, *, shared: bool = False, what: str, fix: str, 
     ------
     LockBusy
         Another process holds the lock in a conflicting mode; the message names it.
+    biomjepa._lockfile.UnsafeLockFile
+        ``path`` is a link, not a regular file, or another user's or hard-linked file; nothing is written into it.
     """
     path = Path(path)
     key = os.path.realpath(path)
@@ -303,7 +305,7 @@ def _locked_fd(path: Path, shared: bool, what: str, fix: str, tries: int = 5) ->
             os.close(fd)
             raise LockBusy(_busy_message(path, what, fix)) from None
         try:
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+            if os.fstat(fd).st_ino == os.lstat(path).st_ino:
                 return fd
         except FileNotFoundError:
             pass
@@ -312,16 +314,11 @@ def _locked_fd(path: Path, shared: bool, what: str, fix: str, tries: int = 5) ->
 
 
 def _open(path: Path) -> int | None:
-    """A descriptor on the lock file; read-only on an existing file in a read-only place; ``None`` when neither."""
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    except OSError:
-        pass
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as err:
-        logger.debug("cannot open the lock file %s (%s); running without a lock", path, err)
-        return None
+    """A descriptor on the lock file, never through a link nor into another file (:func:`biomjepa._lockfile.
+    open_lock_file`); read-only on an existing file in a read-only place; ``None`` when neither."""
+    from ._lockfile import open_lock_file  # it uses this module's names of file kinds
+
+    return open_lock_file(path)
 
 
 def _release(key: str, shared: bool) -> None:
@@ -351,7 +348,7 @@ def _relock_shared(held: _Held, key: str) -> None:
 
 
 def _write_record(fd: int) -> None:
-    """Record the exclusive holder (pid, host, command) in the lock file, for other processes' errors."""
+    """Record the exclusive holder (pid, host, command) in the lock file (one :func:`_open` created or checked)."""
     record = f"pid {os.getpid()} on {socket.gethostname()}: {_command(os.getpid())}\n"
     try:
         os.ftruncate(fd, 0)

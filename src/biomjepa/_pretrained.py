@@ -138,12 +138,13 @@ def resolve_checkpoint(checkpoint: str | os.PathLike | None = None, *, sha256: s
         if "path" not in entry:
             registered = entry.get("checkpoint_sha256") or entry["sha256"]
             if pin is not None and pin != registered:
-                raise ValueError(f"Checkpoint {ref!r} is registered with sha256 {registered}, expected {pin}; refusing it.")
+                raise ValueError(f"Checkpoint {ref!r} is registered with sha256 {registered}, expected {pin}; refusing "
+                                 f"it.{_pinned_elsewhere(pin, ref)}")
             return _download(entry["url"], registered), ref
         path = _bundled_path(entry)
         _check_registered(path, entry, ref)
         if pin is not None:
-            _check_pin(path, pin, repr(ref))
+            _check_pin(path, pin, repr(ref), hint=_pinned_elsewhere(pin, ref))
         version = f"-v{entry.get('version', '?')}"
         return path, ref if ref.endswith(version) else ref + version
     if kind == "url":
@@ -170,8 +171,23 @@ def _check_registered(path: Path, entry: dict, name: str) -> None:
         raise ValueError(f"Bundled checkpoint {name!r} does not match its registry sha256; reinstall biomjepa.")
 
 
-def _check_pin(path: Path, digest: str, where: str) -> None:
-    """Refuse a checkpoint directory whose :func:`~biomjepa.model.checkpoint_sha256` is not ``digest``."""
+def _pinned_elsewhere(pin: str, ref: str) -> str:
+    """When ``pin`` is another registered checkpoint's (a script pinned ``biomjepa-mini`` before a release moved the
+    name on), the sentence naming that checkpoint and its pin; else ``""``."""
+    pin = _hex_digest(pin)
+    names = [name for name, entry in REGISTRY.items() if entry is not REGISTRY[ref] and name != DEFAULT_ALIAS
+             and pin in (entry.get("checkpoint_sha256"), entry.get("sha256"))]
+    if not names:
+        return ""
+    whole = REGISTRY[names[0]].get("checkpoint_sha256") or REGISTRY[names[0]]["sha256"]
+    moved = f" ({ref!r} names the newer release {DEFAULT_RELEASE!r})" if ref == DEFAULT_ALIAS else ""
+    return (f" That digest is now {' and '.join(map(repr, names))}{moved}: give '{names[0]}#sha256={whole}' to "
+            "keep loading the checkpoint it pinned.")
+
+
+def _check_pin(path: Path, digest: str, where: str, hint: str = "") -> None:
+    """Refuse a checkpoint directory whose :func:`~biomjepa.model.checkpoint_sha256` is not ``digest`` (``hint``: a
+    sentence added to the refusal, :func:`_pinned_elsewhere`)."""
     from .model import WEIGHTS, checkpoint_sha256, sha256_file
 
     digest = _hex_digest(digest)
@@ -184,7 +200,7 @@ def _check_pin(path: Path, digest: str, where: str) -> None:
             f"pooling) unpinned. Pin the whole checkpoint: its sha256 is {actual} for these files "
             "(compute it on a trusted copy with `biomjepa.model.checkpoint_sha256(dir)`)."
         )
-    raise ValueError(f"Checkpoint {where} has sha256 {actual}, expected {digest}; refusing it.")
+    raise ValueError(f"Checkpoint {where} has sha256 {actual}, expected {digest}; refusing it.{hint}")
 
 
 #: The longest a single read may wait for data (less when the download's deadline is nearer).

@@ -191,7 +191,7 @@ class Settings:
 
     @download_timeout.setter
     def download_timeout(self, value: float) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < float("inf"):
             raise ValueError(
                 f"bj.settings.download_timeout must be a positive, finite number of seconds; got {value!r}."
             )

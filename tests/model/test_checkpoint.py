@@ -181,6 +181,19 @@ def test_trickling_download_stops_at_the_deadline(trickle_url, tmp_path, monkeyp
             bj.settings.download_timeout = bad
 
 
+def test_download_timeout_takes_a_numpy_number(monkeypatch):
+    """Issue 68: a numpy float32 (a value read from an array or a config) was refused as no number."""
+    import numpy as np
+
+    monkeypatch.setattr(bj.settings, "_download_timeout", bj.settings.download_timeout)  # given back after the test
+    for value in (np.float32(2.5), np.float64(2.5), np.int64(30)):
+        bj.settings.download_timeout = value
+        assert bj.settings.download_timeout == float(value) and type(bj.settings.download_timeout) is float
+    for bad in (np.float32("nan"), np.float32(-1), np.bool_(True)):
+        with pytest.raises(ValueError, match="download_timeout must be a positive, finite number"):
+            bj.settings.download_timeout = bad
+
+
 def test_download_progress_follows_the_progress_setting(http_root, tmp_path, capsys, monkeypatch):
     root, url = http_root
     src = save_checkpoint(_model(), tmp_path / "c")

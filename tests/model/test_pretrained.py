@@ -4,6 +4,7 @@ checked before any path is made, download errors name the URL, the cache directo
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -154,3 +155,19 @@ def test_moving_a_loaded_model_does_not_move_the_cached_one(ckpt):
     if torch.cuda.is_available():
         bj.load_model(str(ckpt)).to("cuda")
         assert bj.load_model(str(ckpt)).encoder.gene_embedding.weight.device.type == "cpu"
+
+
+def test_a_pin_of_an_earlier_default_names_the_release_it_now_is():
+    """Issue 68: a script that pinned ``biomjepa-mini#sha256=`` with v0.4's digest got a bare mismatch; it is told
+    that digest is now ``biomjepa-mini-v0.4``, and the pin to give."""
+    pin = _pretrained.REGISTRY["biomjepa-mini-v0.4"]["checkpoint_sha256"]
+    said = (f"expected {pin}; refusing it. That digest is now 'biomjepa-mini-v0.4' ('biomjepa-mini' names the newer "
+            f"release '{_pretrained.DEFAULT_RELEASE}'): give 'biomjepa-mini-v0.4#sha256={pin}'")
+    with pytest.raises(ValueError, match=re.escape(said)):
+        _pretrained.resolve_checkpoint(f"biomjepa-mini#sha256={pin}")
+    assert _pretrained.resolve_checkpoint(f"biomjepa-mini-v0.4#sha256={pin}")[1] == "biomjepa-mini-v0.4"  # as said
+    weights = _pretrained.REGISTRY["biomjepa-mini-v0.4"]["sha256"]  # its weights' digest: the same advice
+    with pytest.raises(ValueError, match=re.escape(f"give 'biomjepa-mini-v0.4#sha256={pin}'")):
+        _pretrained.resolve_checkpoint("biomjepa-mini", sha256=weights)
+    with pytest.raises(ValueError, match=r"expected a{64}; refusing it\.$"):  # the digest of nothing registered
+        _pretrained.resolve_checkpoint("biomjepa-mini#sha256=" + "a" * 64)

@@ -73,6 +73,7 @@ def _sweep(out: Path) -> None:
     this call), and another name's whose lock this process can take (no process runs that adapt). A scratch
     directory whose adapt runs, in another process or another thread of this one, stays."""
     from .._files import LockBusy, lock
+    from .._lockfile import UnsafeLockFile
 
     try:
         entries = sorted(out.parent.iterdir())
@@ -92,7 +93,7 @@ def _sweep(out: Path) -> None:
             try:
                 held = lock(out.parent / f".{name}.adapt.lock", what=f"out_dir={str(out.parent / name)!r}",
                             fix="It is running.", remove=True)
-            except LockBusy:
+            except (LockBusy, UnsafeLockFile):  # running, or a lock file that proves nothing (a planted link)
                 continue
         with held:
             if held.locked:

@@ -3,17 +3,21 @@
 Two runs writing the same run directory at once would interleave their checkpoints, logs and
 ``LATEST`` pointer. :func:`lock_run_dir` takes an ``flock`` on ``run_dir/.lock`` (released by the
 kernel when the process ends, so a crash never leaves a stale lock) and records the holder's pid
-and host in the file for the error message. The lock is per process: a process that already
+and host in the file for the error message (opened so that a link planted under its name cannot redirect that
+record: :func:`biomjepa._lockfile.open_lock_file`). The lock is per process: a process that already
 holds it (e.g. a second :class:`~biomjepa.train.loop.Trainer` after the first one finished) takes
 it again freely. Platforms without ``fcntl`` (Windows) run unlocked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 from pathlib import Path
+
+from .._lockfile import open_lock_file
 
 try:
     import fcntl
@@ -36,12 +40,17 @@ def lock_run_dir(run_dir: str | os.PathLike) -> None:
     ------
     RunDirectoryBusy
         Another process holds it; the message names its pid and host.
+    biomjepa._lockfile.UnsafeLockFile
+        ``run_dir/.lock`` is a link, not a regular file, or another user's or hard-linked file (nothing is written).
     """
     run_dir = Path(run_dir).resolve()
     if run_dir in _HELD or fcntl is None:
         return
     run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock_file(run_dir / LOCK)  # never through a link planted there, nor into another user's file
+    if fd is None:
+        raise PermissionError(f"Cannot create the lock file {run_dir / LOCK}: the run directory {run_dir} is not "
+                              "writable. Give a `run_name`/`out_dir` you can write to.")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -52,8 +61,9 @@ def lock_run_dir(run_dir: str | os.PathLike) -> None:
             "one directory corrupt each other's checkpoints: wait for it to finish, or give this run another "
             "`run_name`/`out_dir`."
         ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    with contextlib.suppress(OSError):  # a read-only lock file (in a read-only place) is locked, not written
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
     _HELD[run_dir] = fd
 
 
