@@ -70,16 +70,15 @@ def stage_rows(name: str, adata, model: str, checkpoint: str, n_cells: int) -> l
     import torch
 
     import biomjepa as bj
+    from biomjepa.data.resolved import resolve
     from biomjepa.data.stream import iter_tokenized
     from biomjepa.data.vocab import Vocab
     from biomjepa.nn.inference import map_batches
     from biomjepa.nn.pooling import winner_states
     from biomjepa.tl._max_token import max_token_shares
-    from biomjepa.tl._utils import mapped_source
 
     sub = adata[np.random.default_rng(0).permutation(adata.n_obs)[:n_cells]].copy()
-    _, source = mapped_source(sub, None, layer=None, use_raw=False, input=SETS[name][1] if name in SETS else "counts",
-                              token_key="biomjepa_token")
+    source = resolve(sub, "max_token", None, "max_token", input=SETS[name][1] if name in SETS else "counts").source
     m = bj.load_model(checkpoint).eval()
     enc, n_layers = m.encoder, m.config.n_layers
     stages = ["gene", "value", "input", *(f"block{i + 1}" for i in range(n_layers))]

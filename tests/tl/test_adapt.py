@@ -488,7 +488,7 @@ def test_an_interrupt_while_embedding_undoes_every_write(tmp_path, base, monkeyp
 
 
 def test_an_interrupt_after_the_checkpoint_is_in_place_undoes_every_write(tmp_path, base, monkeypatch):
-    import biomjepa.tl._embed as embed_module
+    import biomjepa.tl._adapt as embed_module
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

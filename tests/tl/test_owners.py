@@ -14,8 +14,8 @@ from scipy import sparse
 
 import biomjepa as bj
 from biomjepa import _pretrained
+from biomjepa.data.owners import writer_of
 from biomjepa.data.vocab import Vocab
-from biomjepa.tl._owners import writer_of
 
 
 def no_model(monkeypatch) -> None:

@@ -1,5 +1,4 @@
-"""AnnData / MuData plumbing shared by the readers: the modality to use, the vocabulary column,
-and writing a modality's per-cell results back onto its MuData.
+"""AnnData / MuData plumbing shared by the readers: the modality to use, what of it is read, the vocabulary column.
 
 Rows are read by :mod:`biomjepa.data.stream`, the package's one AnnData → tokens reader.
 """
@@ -8,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import user_stacklevel
 from .._keys import TOKEN_KEY
 
 
@@ -90,9 +88,9 @@ def counts_view(
     from .lognorm import LogNormalized, estimate_warning
 
     if library_size_key is None:
-        estimate_warning()
-        return LogNormalized(source, None, None)
-    return LogNormalized(source, library_sizes(adata, library_size_key), library_size_key)
+        estimate_warning()  # each cell's library size is estimated from its values
+    library = None if library_size_key is None else library_sizes(adata, library_size_key)
+    return LogNormalized(source, library, library_size_key)
 
 
 def check_source_args(*, layer: str | None, use_raw: bool, input: str, library_size_key: str | None) -> None:
@@ -132,21 +130,6 @@ def library_sizes(adata, key: str) -> np.ndarray:
     return values
 
 
-def write_joint_obsm(data, mod: str | None, key: str, values: np.ndarray) -> None:
-    """Copy a modality's ``[n_mod, d]`` per-cell ``values`` into ``data.obsm[key]`` when ``data`` is a MuData.
-
-    muon keeps embeddings that describe the cells on the MuData itself (``mdata.obsm["X_mofa"]``,
-    ``mdata.obsm["X_umap"]``); cells missing from the modality get NaN, as in ``muon.tl.mofa``.
-    A no-op for AnnData input.
-    """
-    if not hasattr(data, "mod"):
-        return
-    where = np.asarray(data.obsmap[mod or "rna"], dtype=np.int64)  # 1-based row in the modality, 0 = absent
-    out = np.full((data.n_obs, values.shape[1]), np.nan, dtype=values.dtype)
-    out[where > 0] = values[where[where > 0] - 1]
-    data.obsm[key] = out
-
-
 def token_column(adata, key: str = TOKEN_KEY, vocab_size: int | None = None) -> np.ndarray:
     """The ``var`` vocabulary-index column written by :func:`biomjepa.pp.map_vocab` (``.raw.var`` for :class:`RawCounts`),
     checked: integers, at least one gene mapped, none past the vocabulary (``vocab_size``, default the bundled one's).
@@ -183,33 +166,3 @@ def token_column(adata, key: str = TOKEN_KEY, vocab_size: int | None = None) -> 
                          f"{vocab_size - 1}; found {int(token.min())}..{int(token.max())}): it was not written by "
                          "`bj.pp.map_vocab` for this vocabulary. Run `bj.pp.map_vocab(adata)` again.")
     return token.astype(np.int64)
-
-
-def check_report_current(adata, token: np.ndarray, token_key: str = TOKEN_KEY) -> None:
-    """Warn when the genes of ``adata`` changed after :func:`biomjepa.pp.map_vocab` wrote its report (``adata[:, hvg]``, a
-    concatenation): ``uns["biomjepa"]["vocab"]`` then describes other genes, and a subset that became a gene panel
-    would otherwise go without the panel warning. ``token``: the ``var`` column the tool reads now."""
-    from .._keys import UNS_KEY
-
-    report = adata.uns.get(UNS_KEY, {}).get("vocab") if hasattr(adata, "uns") else None
-    if not isinstance(report, dict) or "n_vars" not in report:
-        return
-    if report.get("params", {}).get("key_added", TOKEN_KEY) != token_key or report["n_vars"] == len(token):
-        return
-    import warnings
-
-    from .vocab import PANEL_COVERAGE, Vocab, warn_panel
-
-    n_tokens = int(np.unique(token[token >= 0]).size)
-    coverage = n_tokens / Vocab.default().size
-    level = user_stacklevel()
-    warnings.warn(
-        f"The genes changed after `bj.pp.map_vocab`: it mapped {report['n_vars']:,} genes ({report.get('n_tokens', 0):,} "
-        f"tokens, vocab_coverage={report.get('vocab_coverage', float('nan')):.3f}), the data now hold {len(token):,} "
-        f"({n_tokens:,} tokens, vocab_coverage={coverage:.3f}), so uns['biomjepa']['vocab'] describes other genes. "
-        "Run `bj.pp.map_vocab(adata)` again on the data as they are now.",
-        UserWarning,
-        stacklevel=level,
-    )
-    if coverage < PANEL_COVERAGE <= report.get("vocab_coverage", 0.0):
-        warn_panel(n_tokens, coverage, stacklevel=level)

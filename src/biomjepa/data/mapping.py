@@ -5,13 +5,16 @@ latest ``map_vocab`` wrote under another ``key_added`` (its report, ``uns["biomj
 ["key_added"]``, names it), so ``bj.pp.map_vocab(adata, key_added="tok")`` followed by any tool reads ``var["tok"]``.
 When both columns are there the default one is read, with a warning naming both (the report then describes the
 other). The rule is a function of the AnnData alone, so every reader of one call (the checks before the work, each
-pass over the rows) takes the same column.
+pass over the rows) takes the same column. When the genes changed after the mapping, the report describes other genes:
+:func:`warn_if_stale` says so.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+
+import numpy as np
 
 from .._keys import TOKEN_KEY, UNS_KEY
 
@@ -60,6 +63,33 @@ def check_mapping(adata) -> str:
             f"{where}[{TOKEN_KEY!r}], run `bj.pp.map_vocab(adata)` again.",
             UserWarning, stacklevel=_stacklevel())
     return key
+
+
+def warn_if_stale(adata, token: np.ndarray, token_key: str) -> None:
+    """Warn when the genes of ``adata`` changed after :func:`biomjepa.pp.map_vocab` wrote its report (``adata[:, hvg]``, a
+    concatenation): ``uns["biomjepa"]["vocab"]`` then describes other genes, and a subset that became a gene panel
+    would otherwise go without the panel warning. ``token``: the ``var`` column the tool reads now."""
+    from .._checks import user_stacklevel
+    from .vocab import PANEL_COVERAGE, Vocab, warn_panel
+
+    report = adata.uns.get(UNS_KEY, {}).get("vocab") if hasattr(adata, "uns") else None
+    if not isinstance(report, dict) or "n_vars" not in report:
+        return
+    if report.get("params", {}).get("key_added", TOKEN_KEY) != token_key or report["n_vars"] == len(token):
+        return
+    n_tokens = int(np.unique(token[token >= 0]).size)
+    coverage = n_tokens / Vocab.default().size
+    level = user_stacklevel()
+    warnings.warn(
+        f"The genes changed after `bj.pp.map_vocab`: it mapped {report['n_vars']:,} genes ({report.get('n_tokens', 0):,} "
+        f"tokens, vocab_coverage={report.get('vocab_coverage', float('nan')):.3f}), the data now hold {len(token):,} "
+        f"({n_tokens:,} tokens, vocab_coverage={coverage:.3f}), so uns['biomjepa']['vocab'] describes other genes. "
+        "Run `bj.pp.map_vocab(adata)` again on the data as they are now.",
+        UserWarning,
+        stacklevel=level,
+    )
+    if coverage < PANEL_COVERAGE <= report.get("vocab_coverage", 0.0):
+        warn_panel(n_tokens, coverage, stacklevel=level)
 
 
 def missing_hint(adata) -> str:

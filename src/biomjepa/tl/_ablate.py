@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import TOKEN_KEY
 from .._settings import settings
 from ..data.graph import graph_label
+from ..data.owners import marker
+from ..data.resolved import resolve, store
 from ._null import check_null_args, count_in, expression_bins, matched_random_set, scan_gene_stats
-from ._owners import marker, owned_key, writer_of
-from ._utils import case_hint, check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
+from ._utils import case_hint, check_batch_size, labels_or_drop
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,50 +143,44 @@ def ablate_programme(
 
     bs = check_batch_size(batch_size)
     n_random, n_cells, n_bins, random_state = check_null_args(n_random, n_cells, n_bins, random_state)
-    check_copy(adata, copy)
-    key_added = owned_key(adata, mod, "ablate_programme", key_added, "ablation")  # another tool's results stay
-    adata = adata.copy() if copy else adata
-    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, input=input,
-                                   library_size_key=library_size_key, token_key=TOKEN_KEY)
-    if target.n_obs == 0:
+    r = resolve(adata, "ablate_programme", key_added, "ablation", mod=mod, copy=copy, layer=layer, use_raw=use_raw,
+                input=input, library_size_key=library_size_key)  # before any work: another tool's results stay
+    if r.target.n_obs == 0:
         raise ValueError("adata has no cells.")
     programmes = _resolve_programmes(programme, graph)
-    groups, labelled = _groups(target, groupby)
+    groups, labelled = _groups(r.target, groupby)
     if matched is not None:
         _check_matched(matched, programmes, groups[labelled], groupby)
-    plan = _plan(source, programmes, groups, labelled, layer=layer, n_cells=n_cells, n_random=n_random,
+    plan = _plan(r.source, programmes, groups, labelled, layer=r.layer, n_cells=n_cells, n_random=n_random,
                  n_bins=n_bins, random_state=random_state, required=set((matched or {}).values()))
     dev = resolve_device(device)
     model = load_model(checkpoint)
     rows, ids = plan["rows"], plan["ids"]
-    table = _ablate_all(model, source, rows, ids, plan["null_sets"], layer=layer, batch_size=bs, device=dev)
+    table = _ablate_all(model, r.source, rows, ids, plan["null_sets"], layer=r.layer, batch_size=bs, device=dev)
     table.insert(0, "group", np.tile(groups[rows], len(ids)))
-    table.insert(0, "cell", np.tile(target.obs_names[rows].to_numpy(), len(ids)))
+    table.insert(0, "cell", np.tile(r.target.obs_names[rows].to_numpy(), len(ids)))
     result = {"cells": table, "groups": _group_summary(table), "null_sets": plan["null_table"]}
     if matched is not None:
         result["matched"], result["test"] = matched_test(table, matched)
     result["params"] = {
         **marker("ablate_programme"), "groupby": groupby, "matched": dict(matched) if matched else None,
         "n_random": n_random, "n_cells": n_cells, "checkpoint": model.info.get("name", "unnamed"),
-        "layer": "raw.X" if use_raw else layer or "X", "graph": graph_label(graph),
+        "layer": r.matrix, "graph": graph_label(graph),
         "n_bins": n_bins, "random_state": random_state, "batch_size": bs, "device": str(dev),
         "programmes": plan["programmes"], "left_out": plan["left_out"],
-        "null": "mean-expression × detection quantile bins over detected genes",
-        **input_params(source, input, library_size_key),
+        "null": "mean-expression × detection quantile bins over detected genes", **r.record,
     }
-    _write(target, key_added, result, rows)
-    return adata if copy else None
+    excess_column = {"_excess": _excess(r.target.n_obs, rows, table)} if len(ids) == 1 else {}
+    store(r, result, obs=excess_column)
+    return r.adata if copy else None
 
 
-def _write(target, key_added: str, result: dict, rows: np.ndarray) -> None:
-    """``uns[key_added]``, ``obs[f"{key_added}_excess"]`` with one programme (NaN for cells not sampled; else gone)."""
-    if len(result["params"]["programmes"]) == 1:
-        col = np.full(target.n_obs, np.nan)
-        col[rows] = result["cells"]["excess"].to_numpy()
-        target.obs[f"{key_added}_excess"] = col
-    elif f"{key_added}_excess" in target.obs and writer_of(key_added, target.uns.get(key_added)) == "ablate_programme":
-        del target.obs[f"{key_added}_excess"]  # an earlier call's
-    target.uns[key_added] = result
+def _excess(n_obs: int, rows: np.ndarray, table: pd.DataFrame) -> np.ndarray:
+    """``obs[f"{key_added}_excess"]`` of one programme: the sampled cells' excess, NaN for the others (without one, an
+    earlier call's column goes: :func:`~biomjepa.data.resolved.store`)."""
+    col = np.full(n_obs, np.nan)
+    col[rows] = table["excess"].to_numpy()
+    return col
 
 
 def _plan(source, programmes, groups, labelled, *, layer, n_cells, n_random, n_bins, random_state, required) -> dict:

@@ -17,17 +17,18 @@ import numbers
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY, embedding_keys, uns_key_of
+from .._keys import OBSM_KEY, TOKEN_KEY, UNS_KEY, uns_key_of
 from .._settings import settings
+from ..data.owners import marker
+from ..data.resolved import resolve, store
 from ._adapt_dirs import _claimed, _discard, _scratch
-from ._owners import claim, marker
-from ._utils import actual_if_view, check_copy
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -151,18 +152,22 @@ def adapt(
         written only when the genes were not mapped before.
     """
     from .._stops import sigterm_interrupts, stops_held
-    from ..data.anndata_source import counts_view, get_modality
+    from ..data.idtable import map_var
 
     t0 = time.perf_counter()
     _check_args(steps, time_budget, seed)
-    key_added = embedding_keys(key_added)[0]  # checked before any work; tl.embed's rule for the obsm and uns keys
-    check_copy(adata, copy)
-    claim(adata, mod, "adapt", key_added)  # before any work: another tool's results stay
-    adata = adata.copy() if copy else adata
-    target = get_modality(adata, mod)
-    source = counts_view(target, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key)
-    _check_size(target.n_obs)
-    token, mapped = _tokens(source, species)
+    r = resolve(adata, "adapt", key_added, OBSM_KEY, mod=mod, copy=copy, layer=layer, use_raw=use_raw, input=input,
+                library_size_key=library_size_key, mapped=False)  # before any work: another tool's results stay
+    if r.target.n_obs < MIN_CELLS:
+        raise ValueError(
+            f"adata has {r.target.n_obs} cells; bj.tl.adapt needs at least {MIN_CELLS} cells (with a mapped gene) to "
+            "learn from. Embed fewer cells with `bj.tl.embed` (the base checkpoint), or adapt on a larger dataset of the "
+            "same tissue and embed these cells with its checkpoint: `bj.tl.embed(adata, checkpoint=out_dir)`."
+        )
+    mapped = r.token is not None
+    if not mapped:  # mapped here as bj.pp.map_vocab maps them; its column is written at the end
+        _, res = map_var(r.source.var_names, r.source.var, n_obs=r.source.n_obs, species=species)
+        r = replace(r, token=np.asarray(res.token, dtype=np.int64))
     base = str(checkpoint if checkpoint is not None else settings.checkpoint)
     mapped_at = time.perf_counter()
     with sigterm_interrupts("bj.tl.adapt stopped by SIGTERM; nothing was written."):
@@ -171,21 +176,15 @@ def adapt(
         with _claimed(out_dir) as out:
             done = {}  # "placed": out holds this call's checkpoint (removed on a stop or an error); "written": the end
             try:
-                if actual_if_view(adata, "bj.tl.adapt"):  # after the argument, input and out_dir checks
-                    target = get_modality(adata, mod)
-                    source = counts_view(target, layer=layer, use_raw=use_raw, input=input,
-                                         library_size_key=library_size_key)
-                record, cells = _train(source, target.obs_names, layer, token, base, out, steps, seed, time_budget,
-                                       t0, phases, done)
-                _write(adata, target, source, record, cells, mapped=mapped, layer=layer, use_raw=use_raw,
-                       input=input, library_size_key=library_size_key, species=species, mod=mod, key_added=key_added,
-                       done=done)
+                r.own()  # after the argument, input and out_dir checks
+                record, cells = _train(r, base, out, steps, seed, time_budget, t0, phases, done)
+                _write(r, record, cells, mapped=mapped, species=species, done=done)
             except BaseException:  # a stop signal after "written" (as the call returns) leaves the whole result
                 if not done.get("written"):
                     with stops_held():  # never cut in two by another signal
                         _discard(out, made=out_dir is None, placed=done.get("placed", False))
                 raise
-    return adata if copy else None
+    return r.adata if copy else None
 
 
 def _check_args(steps, time_budget, seed) -> None:
@@ -198,15 +197,6 @@ def _check_args(steps, time_budget, seed) -> None:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}.")
 
 
-def _check_size(n: int, what: str = "adata has") -> None:
-    if n < MIN_CELLS:
-        raise ValueError(
-            f"{what} {n} cells; bj.tl.adapt needs at least {MIN_CELLS} cells (with a mapped gene) to learn from. "
-            "Embed fewer cells with `bj.tl.embed` (the base checkpoint), or adapt on a larger dataset of the same "
-            "tissue and embed these cells with its checkpoint: `bj.tl.embed(adata, checkpoint=out_dir)`."
-        )
-
-
 def _check_base(base: str) -> None:
     """Load the base checkpoint now (cached for training), so a missing, damaged or mis-pinned one is refused before
     the cells are read."""
@@ -215,22 +205,8 @@ def _check_base(base: str) -> None:
     load_model(base)
 
 
-def _tokens(source, species: str) -> tuple[np.ndarray, bool]:
-    """The genes' vocabulary indices, and whether ``bj.pp.map_vocab``'s column already held them (else mapped here;
-    :func:`~biomjepa.data.mapping.check_mapping` says which column when there is a choice)."""
-    from ..data.anndata_source import token_column
-    from ..data.idtable import map_var
-    from ..data.mapping import check_mapping
-
-    key = check_mapping(source)
-    if key in source.var:
-        return token_column(source, key), True
-    _, res = map_var(source.var_names, source.var, n_obs=source.n_obs, species=species)
-    return np.asarray(res.token, dtype=np.int64), False
-
-
-def _train(source, obs_names, layer, token, base: str, out: Path, steps, seed: int, time_budget, t0: float,
-           phases: dict, done: dict) -> tuple[dict, dict]:
+def _train(r, base: str, out: Path, steps, seed: int, time_budget, t0: float, phases: dict,
+           done: dict) -> tuple[dict, dict]:
     """Write the cells as a shard in a scratch directory beside ``out``, adapt, embed the cells with the adapted
     encoder, and remove the scratch; ``(record, embedded cells)`` (:func:`_embed_unstandardized`). ``done["placed"]``
     is set as the checkpoint is renamed to ``out``."""
@@ -242,14 +218,14 @@ def _train(source, obs_names, layer, token, base: str, out: Path, steps, seed: i
     embedded = {}
 
     def readout_of(encoder_dir: Path) -> dict:
-        embedded.update(_embed_unstandardized(source, layer, token, encoder_dir))
+        embedded.update(_embed_unstandardized(r.source, r.layer, r.token, encoder_dir))
         return embedded["readout"]
 
     try:
         t = time.perf_counter()
-        rows = write_shard(source, work / "cells.npz", layer=layer, token=token)
+        rows = write_shard(r.source, work / "cells.npz", layer=r.layer, token=r.token)
         phases["shard"] = round(time.perf_counter() - t, 2)
-        _check_all_mapped(obs_names, rows)
+        _check_all_mapped(r.target.obs_names, rows)
         steps = default_steps(len(rows)) if steps is None else int(steps)
         logger.info("adapt: %d cells, %d steps from %s", len(rows), steps, base)
         record = adapt_encoder(work / "cells.npz", out, init_from=base, steps=steps, seed=seed,
@@ -282,7 +258,7 @@ def _embed_unstandardized(source, layer, token, encoder_dir: Path) -> dict:
     return {"Z": Z, "n_genes": n_genes, "device": dev, "precision": precision, "batch_size": bs, "readout": readout}
 
 
-def _mapped(model, Z: np.ndarray) -> np.ndarray:
+def _map_readout(model, Z: np.ndarray) -> np.ndarray:
     """``Z`` (unmapped readouts) through the adapted checkpoint's own map, as its ``forward`` applies it."""
     import torch
 
@@ -308,30 +284,26 @@ def _check_all_mapped(obs_names, rows: np.ndarray) -> None:
     )
 
 
-def _write(adata, target, source, record: dict, cells: dict, *, mapped: bool, layer, use_raw, input, library_size_key,
-           species, mod, key_added: str, done: dict) -> None:
+def _write(r, record: dict, cells: dict, *, mapped: bool, species, done: dict) -> None:
     """Map (if needed) and store the adapted checkpoint's embedding of the cells and its record as
     :func:`biomjepa.tl.embed` stores them (the record last, with ``done["written"]``: the call's result is whole);
     on any error or interrupt before that, undo every write."""
     from .._pretrained import load_model
     from .._stops import stops_held
     from ..pp import map_vocab
-    from ._embed import _params, store
-    from ._utils import input_params
+    from ._embed import _params
 
-    uns_key = uns_key_of(key_added)
+    target, uns_key = r.target, uns_key_of(r.key)
     before = {k: _copy.deepcopy(target.uns[k]) for k in {UNS_KEY, uns_key} if k in target.uns}
-    had_obsm = key_added in target.obsm
-    old_obsm = target.obsm[key_added] if had_obsm else None
+    had_obsm = r.key in target.obsm
+    old_obsm = target.obsm[r.key] if had_obsm else None
     t = time.perf_counter()
     try:
         if not mapped:
-            map_vocab(adata, layer=layer, use_raw=use_raw, species=species, mod=mod)
+            map_vocab(r.adata, layer=r.layer, use_raw=r.use_raw, species=species, mod=r.mod)
         model = load_model(record["path"])
-        params = _params(model, cells["device"], "raw.X" if use_raw else layer, cells["batch_size"], cells["n_genes"],
-                         cells["precision"])
-        store(adata, target, mod, key_added, uns_key, _mapped(model, cells["Z"]),
-              params | input_params(source, input, library_size_key) | marker("adapt"))
+        params = _params(model, cells["device"], r.matrix, cells["batch_size"], cells["n_genes"], cells["precision"])
+        store(r, {"params": params | r.record | marker("adapt")}, obsm={"": _map_readout(model, cells["Z"])})
         record["phases"]["write"] = round(time.perf_counter() - t, 2)
         with stops_held():
             target.uns[uns_key]["adapt"] = {"checkpoint": record["path"], **{k: v for k, v in record.items() if k != "path"}}
@@ -339,15 +311,15 @@ def _write(adata, target, source, record: dict, cells: dict, *, mapped: bool, la
     except BaseException:
         if not done.get("written"):
             with stops_held():
-                _undo(adata, target, mapped=mapped, use_raw=use_raw, uns_key=uns_key, before=before, key=key_added,
-                      old_obsm=old_obsm, had_obsm=had_obsm)
+                _undo(r, mapped=mapped, uns_key=uns_key, before=before, old_obsm=old_obsm, had_obsm=had_obsm)
         raise
 
 
-def _undo(adata, target, *, mapped, use_raw, uns_key, before, key, old_obsm, had_obsm) -> None:
-    """Give ``target`` back its var, obsm and uns as they were before :func:`_write`."""
+def _undo(r, *, mapped, uns_key, before, old_obsm, had_obsm) -> None:
+    """Give ``r.target`` back its var, obsm and uns as they were before :func:`_write`."""
+    adata, target, key = r.adata, r.target, r.key
     if not mapped:
-        var = target.raw.var if use_raw else target.var
+        var = target.raw.var if r.use_raw else target.var
         if TOKEN_KEY in var:
             del var[TOKEN_KEY]
     if had_obsm:

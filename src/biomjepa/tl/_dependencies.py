@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import TOKEN_KEY
 from .._settings import settings
+from ..data.owners import marker
+from ..data.resolved import resolve, store
 from ._null import check_null_args
 from ._null import count_in as _count_in
-from ._owners import marker, owned_key
-from ._utils import check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
+from ._utils import check_batch_size, labels_or_drop
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -168,40 +168,36 @@ def programme_dependencies(
 
     bs = check_batch_size(batch_size)
     n_random, n_cells, n_bins, random_state = check_null_args(n_random, n_cells, n_bins, random_state)
-    check_copy(adata, copy)
-    key_added = owned_key(adata, mod, "programme_dependencies", key_added, "programme_dependencies")
-    adata = adata.copy() if copy else adata
-    target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, input=input,
-                                   library_size_key=library_size_key, token_key=TOKEN_KEY)
-    if target.n_obs == 0:
+    r = resolve(adata, "programme_dependencies", key_added, "programme_dependencies", mod=mod, copy=copy, layer=layer,
+                use_raw=use_raw, input=input, library_size_key=library_size_key)
+    if r.target.n_obs == 0:
         raise ValueError("adata has no cells.")
-    progs = _check_inputs(target, programmes, groupby, matched)
+    progs = _check_inputs(r.target, programmes, groupby, matched)
     dev = resolve_device(device)
-    plan = _plan(source, target, progs, groupby, matched, layer=layer, n_cells=n_cells, n_random=n_random,
+    plan = _plan(r.source, r.target, progs, groupby, matched, layer=r.layer, n_cells=n_cells, n_random=n_random,
                  n_bins=n_bins, random_state=random_state)
     ids, sampled, null_sets = plan["ids"], plan["sampled"], plan["null_sets"]
-    jobs = _jobs(source, sampled, ids, plan["block_ids"], null_sets, layer)
+    jobs = _jobs(r.source, sampled, ids, plan["block_ids"], null_sets, r.layer)
     errors, info = programme_errors(checkpoint, jobs, graph=graph, device=dev, batch_size=bs,
                                     max_tokens=settings.max_batch_tokens)
-    pairs, cell_rows = _tables(errors, jobs, sampled, ids, null_sets, plan["groups"], matched, target.obs_names)
+    pairs, cell_rows = _tables(errors, jobs, sampled, ids, null_sets, plan["groups"], matched, r.target.obs_names)
     matrix = pairs.pivot(index="source", columns="target", values="dependency").reindex(index=list(ids),
                                                                                           columns=list(ids))
     matrix.index.name, matrix.columns.name = "source", "target"
-    target.uns[key_added] = {
+    store(r, {
         "matrix": matrix, "pairs": pairs, "cells": cell_rows, "null_sets": plan["null_table"],
         "params": {
             **marker("programme_dependencies"),
             "groupby": groupby, "matched": dict(matched), "n_random": n_random, "n_cells": n_cells,
-            "layer": "raw.X" if use_raw else layer or "X", "n_bins": n_bins, "random_state": random_state, "batch_size": bs,
+            "layer": r.matrix, "n_bins": n_bins, "random_state": random_state, "batch_size": bs,
             "device": str(dev), "checkpoint": info["source"], "step": info["step"], "objective": info["objective"],
             "programmes": plan["programmes"], "block_ids": {k: int(v) for k, v in plan["block_ids"].items()},
             "left_out": plan["left_out"],
             "error": "squared L2 between predicted and centred teacher mean state of T = b ∩ observed",
-            "ablation": "source genes removed from the student context; teacher target unchanged",
-            **input_params(source, input, library_size_key),
+            "ablation": "source genes removed from the student context; teacher target unchanged", **r.record,
         },
-    }
-    return adata if copy else None
+    })
+    return r.adata if copy else None
 
 
 def _plan(source, target, progs, groupby, matched, *, layer, n_cells, n_random, n_bins, random_state) -> dict:

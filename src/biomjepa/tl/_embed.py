@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import TOKEN_KEY, UNS_KEY, embedding_keys
+from .._keys import OBSM_KEY
 from .._settings import settings
 from ..data.adapted_genes import OutsideShare
-from ..data.anndata_source import write_joint_obsm
+from ..data.owners import marker
+from ..data.resolved import resolve, store
 from ..data.stream import iter_tokenized
-from ._owners import claim, marker
-from ._utils import actual_if_view, check_batch_size, check_copy, input_params, mapped_source
+from ._utils import check_batch_size
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -97,42 +97,21 @@ def embed(
     from .._pretrained import load_model
 
     bs = check_batch_size(batch_size)
-    check_copy(adata, copy)
-    obsm_key, uns_key = embedding_keys(key_added)
-    claim(adata, mod, "embed", obsm_key)  # before any work: another tool's results stay
-    adata = adata.copy() if copy else adata
-    # fail early, before loading a model
-    target, source = mapped_source(
-        adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
-    )
-    if target.n_obs == 0:
+    r = resolve(adata, "embed", key_added, OBSM_KEY, mod=mod, copy=copy, layer=layer, use_raw=use_raw, input=input,
+                library_size_key=library_size_key)
+    if r.target.n_obs == 0:
         raise ValueError("adata has no cells to embed.")
     dev = resolve_device(device)
     model = load_model(checkpoint)
-    if actual_if_view(adata, "bj.tl.embed"):  # after the checks, so a refused call leaves the view as it was
-        target, source = mapped_source(adata, mod, layer=layer, use_raw=use_raw, input=input,
-                                       library_size_key=library_size_key, token_key=TOKEN_KEY)
+    r.own()  # after the checks, so a refused call leaves a view as it was
     precision = resolve_precision(None, dev)
     outside = OutsideShare.of(model)  # an adapted checkpoint: how much of these cells it never learnt
-    Z, n_genes = _embed_adata(model, source, layer=layer, batch_size=bs, device=dev, precision=precision, watch=outside)
+    Z, n_genes = _embed_adata(model, r.source, layer=r.layer, batch_size=bs, device=dev, precision=precision,
+                              token=r.token, watch=outside)
     if outside is not None:
         outside.warn(model.info.get("name", "unnamed"))
-    params = _params(model, dev, "raw.X" if use_raw else layer, bs, n_genes, precision)
-    store(adata, target, mod, obsm_key, uns_key, Z, params | input_params(source, input, library_size_key))
-    return adata if copy else None
-
-
-def store(adata, target, mod: str | None, obsm_key: str, uns_key: str, Z: np.ndarray, params: dict) -> None:
-    """Write an embedding and its record: ``target.obsm[obsm_key]`` (and the MuData's), ``uns[uns_key]["params"]``.
-
-    The record is replaced whole: an earlier ``bj.tl.adapt``'s ``uns[uns_key]["adapt"]`` goes too (it described the
-    embedding this one replaces; adapt writes its own again after calling this). Only ``bj.pp.map_vocab``'s report,
-    ``uns["biomjepa"]["vocab"]``, stays."""
-    target.obsm[obsm_key] = Z
-    write_joint_obsm(adata, mod, obsm_key, Z)
-    old = target.uns.get(uns_key)
-    kept = {"vocab": old["vocab"]} if uns_key == UNS_KEY and isinstance(old, dict) and "vocab" in old else {}
-    target.uns[uns_key] = {**kept, "params": params}
+    store(r, {"params": _params(model, dev, r.matrix, bs, n_genes, precision) | r.record}, obsm={"": Z})
+    return r.adata if copy else None
 
 
 def _params(model, dev, layer, batch_size, n_genes, precision: str = "fp32") -> dict:

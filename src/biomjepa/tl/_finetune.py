@@ -18,11 +18,11 @@ import numpy as np
 
 from .._device import dtype_label
 from .._docs import doc_params
-from .._keys import TOKEN_KEY
 from .._settings import settings
+from ..data.owners import marker
+from ..data.resolved import resolve, store
 from ._finetune_fit import fit_head, macro_f1
-from ._owners import marker, owned_key
-from ._utils import check_batch_size, check_copy, input_params, mapped_source
+from ._utils import check_batch_size
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -130,10 +130,11 @@ def finetune(
         (``encoder``, ``head``, ``total``) and ``throughput`` (``train_cells_per_s``: forward +
         backward + optimizer step; ``heldout_cells_per_s``: no-grad encoding + head).
     """
+    import pandas as pd
+
     from .._checks import check_int, check_number
     from .._device import resolve_device
     from .._pretrained import load_model
-    from ..data.anndata_source import get_modality
     from ..data.stream import gather
 
     batch_size = _check_args(train_frac, valid_frac, epochs, batch_size)
@@ -141,31 +142,26 @@ def finetune(
     lr_head, lr_encoder = check_number("lr_head", lr_head, low=0, low_open=True), check_number("lr_encoder", lr_encoder, low=0)
     weight_decay = check_number("weight_decay", weight_decay, low=0)
     random_state = check_int("random_state", random_state, low=0, example=0)
-    check_copy(adata, copy)
-    key_added = owned_key(adata, mod, "finetune", key_added, "biomjepa_finetune")  # another tool's results stay
-    adata = adata.copy() if copy else adata
-    codes, classes = _labels(get_modality(adata, mod), label_key)
-    # fail early, before loading a model
-    target, source = mapped_source(
-        adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
-    )
+    r = resolve(adata, "finetune", key_added, "biomjepa_finetune", mod=mod, copy=copy, layer=layer, use_raw=use_raw,
+                input=input, library_size_key=library_size_key)  # before any work: another tool's results stay
+    codes, classes = _labels(r.target, label_key)
     split = stratified_split(codes, train_frac, valid_frac, random_state)
     dev = resolve_device(device)
     base = load_model(checkpoint)
-    train_cells = gather(source, np.flatnonzero(split == "train"), layer=layer)
-    valid_cells = gather(source, np.flatnonzero(split == "valid"), layer=layer)
+    train_cells = gather(r.source, np.flatnonzero(split == "train"), layer=r.layer)
+    valid_cells = gather(r.source, np.flatnonzero(split == "valid"), layer=r.layer)
     opts = dict(epochs=epochs, batch_size=batch_size, lr_head=lr_head, lr_encoder=lr_encoder, weight_decay=weight_decay,
                 random_state=random_state)
     model, fit = fit_head(base, train_cells, valid_cells, codes, split, len(classes), dev, **opts)
     del train_cells, valid_cells
-    proba, heldout_s = _predict_all(model, source, layer, split, batch_size, dev)
+    proba, heldout_s = _predict_all(model, r.source, r.layer, split, batch_size, dev)
     result = _summary(fit, proba, codes, split, classes, heldout_s)
-    result["params"] = {**_params(base, dev, label_key, "raw.X" if use_raw else layer, train_frac, valid_frac), **opts,
-                        **input_params(source, input, library_size_key)}
+    result["params"] = {**_params(base, dev, label_key, r.matrix, train_frac, valid_frac), **opts, **r.record}
     if out_dir is not None:
         result["out_dir"] = str(save_finetuned(model, classes, out_dir, base.info, label_key))
-    _write(target, key_added, proba, split, classes, result)
-    return adata if copy else None
+    store(r, result, obs={"_prediction": pd.Categorical.from_codes(proba.argmax(1), categories=classes),
+                          "_split": _split_column(split)}, obsm={"_proba": proba.astype(np.float32)})
+    return r.adata if copy else None
 
 
 def _check_out_dir(out_dir) -> None:
@@ -321,14 +317,11 @@ def _params(base, dev, label_key, layer, train_frac, valid_frac) -> dict:
     }
 
 
-def _write(adata, key: str, proba, split, classes, result) -> None:
+def _split_column(split: np.ndarray):
+    """``obs[f"{key_added}_split"]``: categorical, the splits that occur in their order."""
     import pandas as pd
 
-    adata.obs[f"{key}_prediction"] = pd.Categorical.from_codes(proba.argmax(1), categories=classes)
-    cats = [s for s in (*SPLITS, UNLABELLED) if (split == s).any()]
-    adata.obs[f"{key}_split"] = pd.Categorical(split.astype(str), categories=cats)
-    adata.obsm[f"{key}_proba"] = proba.astype(np.float32)
-    adata.uns[key] = result
+    return pd.Categorical(split.astype(str), categories=[s for s in (*SPLITS, UNLABELLED) if (split == s).any()])
 
 
 def save_finetuned(model, classes, out_dir, base_info: dict, label_key: str) -> Path:

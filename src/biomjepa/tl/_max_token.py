@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .._docs import doc_params
-from .._keys import TOKEN_KEY
 from .._settings import settings
-from ._owners import marker, owned_key
-from ._utils import check_batch_size, check_copy, input_params, labels_or_drop, mapped_source
+from ..data.owners import marker
+from ..data.resolved import resolve, store
+from ._utils import check_batch_size, labels_or_drop
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -153,37 +153,29 @@ def max_token(
     from ..data.vocab import Vocab
 
     bs = check_batch_size(batch_size)
-    check_copy(adata, copy)
-    key_added = owned_key(adata, mod, "max_token", key_added, "max_token")  # before any work: another tool's stay
-    adata = adata.copy() if copy else adata
-    target, source = mapped_source(
-        adata, mod, layer=layer, use_raw=use_raw, input=input, library_size_key=library_size_key, token_key=TOKEN_KEY
-    )
-    if target.n_obs == 0:
+    r = resolve(adata, "max_token", key_added, "max_token", mod=mod, copy=copy, layer=layer, use_raw=use_raw,
+                input=input, library_size_key=library_size_key)  # before any work: another tool's results stay
+    if r.target.n_obs == 0:
         raise ValueError("adata has no cells.")
-    if groupby is not None and groupby not in target.obs:
-        raise KeyError(f"groupby={groupby!r} is not a column of adata.obs ({list(target.obs.columns)[:10]}).")
+    if groupby is not None and groupby not in r.target.obs:
+        raise KeyError(f"groupby={groupby!r} is not a column of adata.obs ({list(r.target.obs.columns)[:10]}).")
     dev = resolve_device(device)
     model = load_model(checkpoint)
-    winner, share, top = _stream_winners(model, source, layer=layer, batch_size=bs, device=dev)
+    winner, share, top = _stream_winners(model, r.source, layer=r.layer, batch_size=bs, device=dev)
     vocab_symbols = np.asarray(Vocab.default().symbols, dtype=object)
     symbols, top = vocab_symbols[winner], vocab_symbols[top]
     result = {"params": {
-        **marker("max_token"), "groupby": groupby, "checkpoint": model.info.get("name", "unnamed"),
-        "layer": "raw.X" if use_raw else layer or "X",
+        **marker("max_token"), "groupby": groupby, "checkpoint": model.info.get("name", "unnamed"), "layer": r.matrix,
         "batch_size": bs, "device": str(dev), "contribution": "share of max-pooled feature dimensions",
-        "ties": "lowest vocabulary index", **input_params(source, input, library_size_key),
+        "ties": "lowest vocabulary index", **r.record,
     }}
     if groupby is not None:
-        groups, valid = labels_or_drop(target, groupby, what="the winner fractions")
+        groups, valid = labels_or_drop(r.target, groupby, what="the winner fractions")
         result["winner_fraction"] = winner_fraction(symbols[valid], groups[valid])
         result["top_expressed_fraction"] = winner_fraction(top[valid], groups[valid])
-    target.obs[f"{key_added}_gene"] = symbols.astype(str)
-    target.obs[f"{key_added}_share"] = share.astype(np.float64)
-    target.obs[f"{key_added}_top_expressed"] = top.astype(str)
-    target.obs[f"{key_added}_is_top_expressed"] = symbols == top
-    target.uns[key_added] = result
-    return adata if copy else None
+    store(r, result, obs={"_gene": symbols.astype(str), "_share": share.astype(np.float64),
+                          "_top_expressed": top.astype(str), "_is_top_expressed": symbols == top})
+    return r.adata if copy else None
 
 
 def _stream_winners(model, adata, *, layer, batch_size: int, device) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -188,18 +188,17 @@ def perturbation_arithmetic(
         ``tool`` (``"bj.tl.perturbation_arithmetic"``), all parameters, the separator used and the matching
         covariate per single.
     """
-    from .._checks import check_adata, check_int
-    from ..data.anndata_source import get_modality
-    from ._owners import marker, owned_key
+    from .._checks import check_int
+    from ..data.owners import marker
+    from ..data.resolved import resolve, store
     from ._utils import labels_or_drop
 
-    check_adata(adata)
     n_random, min_cells, n_bins = check_int("n_random", n_random), check_int("min_cells", min_cells), check_int("n_bins", n_bins)
     n_cells, n_controls = check_int("n_cells", n_cells, none_ok=True), check_int("n_controls", n_controls, none_ok=True)
     random_state = check_int("random_state", random_state, low=0, example=0)
-    key_added = owned_key(adata, mod, "perturbation_arithmetic", key_added, "perturbation_arithmetic")
-    adata = adata.copy() if copy else adata
-    target = get_modality(adata, mod)
+    r = resolve(adata, "perturbation_arithmetic", key_added, "perturbation_arithmetic", mod=mod, copy=copy,
+                counts=False)  # reads no counts: the representation and the labels
+    target = r.target
     _check_keys(target, use_rep, perturbation_key, n_random)
     labels, labelled = labels_or_drop(target, perturbation_key, what="the perturbation arithmetic")
     labels = np.where(labelled, labels, None)  # a missing label never becomes a 'nan' condition
@@ -221,15 +220,15 @@ def perturbation_arithmetic(
     covar = _covariates(target, list(singles), ctrl, expression_layer, target_expression)
     table = _score(evaluable, singles, delta, covar, n_random, n_bins, rng)
     summary = _summary(table, sorted(set(doubles) - set(evaluable)))
-    target.uns[key_added] = {"table": table, "summary": summary, "params": {
+    store(r, {"table": table, "summary": summary, "params": {
         **marker("perturbation_arithmetic"),
         "perturbation_key": perturbation_key, "control": control, "use_rep": use_rep, "sep": used_sep,
         "n_random": n_random, "n_cells": n_cells, "n_controls": n_controls, "min_cells": min_cells,
         "expression_layer": expression_layer or "X", "n_bins": n_bins, "random_state": random_state,
         "n_control_cells_used": len(ctrl), "covariate": {k: float(v) for k, v in covar.items()},
         "null": "random single pairs matched on quantile bins of target-gene mean expression in controls",
-    }}
-    return adata if copy else None
+    }})
+    return r.adata if copy else None
 
 
 def _check_keys(target, use_rep: str, perturbation_key: str, n_random: int) -> None:

@@ -1,6 +1,7 @@
 """One owner per key (issue 57): the ``uns``/``obsm`` entries and ``obs`` columns each ``tl`` tool writes under its
 ``key_added``, which tool wrote the records already there, and the refusal, before any work, of a call that would
-write into another tool's.
+write into another tool's (:func:`claim`, by :func:`~biomjepa.data.resolved.resolve`; the entries are written by
+:func:`~biomjepa.data.resolved.store`).
 
 Every record a tool writes names it in ``params["tool"]`` (:data:`TOOL`). Records written before that field (v0.5 and
 earlier) are known by their shape (:data:`_SHAPES`); a record of no known shape (the user's own, scanpy's) has no
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .._keys import OBSM_KEY, UNS_KEY, check_key_added, uns_key_of
+from .._keys import OBSM_KEY, UNS_KEY, uns_key_of
 
 #: field of a record's ``params`` naming the tool that wrote it
 TOOL = "tool"
@@ -65,26 +66,21 @@ def writer_of(uns_key: str, record) -> str | None:
     return None
 
 
-def owned_key(data, mod: str | None, tool: str, key_added, default: str) -> str:
-    """``key_added`` of ``tool`` checked before any work: :func:`~biomjepa._keys.check_key_added`, then
-    :func:`claim`."""
-    key = check_key_added(key_added, default)
-    claim(data, mod, tool, key)
-    return key
+def owned_by(tool: str, uns_key: str, record) -> bool:
+    """Whether ``uns[uns_key]`` (``record``) was written by ``tool``'s owner (so the entries beside it are ours)."""
+    writer = writer_of(uns_key, record)
+    return writer is not None and _owner(writer) == _owner(tool)
 
 
-def claim(data, mod: str | None, tool: str, key: str) -> None:
+def claim(adata, tool: str, key: str) -> None:
     """Refuse (``ValueError`` naming ``key_added`` and a free key) when ``tool`` would write ``key`` 's entries where
-    another tool's results are, in ``data`` (an AnnData) or its modality ``mod`` (a MuData). Reads only."""
-    from ..data.anndata_source import get_modality
-
-    adata = get_modality(data, mod)
-    mine = _entries(tool, key)
+    another tool's results are, in ``adata`` (an AnnData, a MuData's modality). Reads only."""
+    mine = entries(tool, key)
     for name, record in list(getattr(adata, "uns", {}).items()):
         writer = writer_of(name, record)
         if writer is None or _owner(writer) == _owner(tool):
             continue
-        theirs = _entries(writer, OBSM_KEY if _owner(writer) == "embed" and name == UNS_KEY else name)
+        theirs = entries(writer, OBSM_KEY if _owner(writer) == "embed" and name == UNS_KEY else name)
         clash = [e for e in _present(adata, theirs) if e in _names(mine)]
         if clash:
             raise ValueError(
@@ -98,7 +94,7 @@ def claim(data, mod: str | None, tool: str, key: str) -> None:
 def free_key(adata, tool: str, key: str) -> str:
     """``f"{key}_2"`` (or ``_3``, …): the first key whose entries of ``tool`` are all absent from ``adata``."""
     i = 2
-    while _present(adata, _entries(tool, f"{key}_{i}")):
+    while _present(adata, entries(tool, f"{key}_{i}")):
         i += 1
     return f"{key}_{i}"
 
@@ -111,7 +107,7 @@ def _label(tool: str) -> str:
     return tool if tool.startswith("biomjepa ") else f"bj.tl.{tool}"
 
 
-def _entries(tool: str, key: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+def entries(tool: str, key: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """``(uns key, obsm keys, obs columns)`` that ``tool`` writes for ``key_added=key``."""
     owner = _owner(tool)
     if owner == "embed":
@@ -120,14 +116,14 @@ def _entries(tool: str, key: str) -> tuple[str, tuple[str, ...], tuple[str, ...]
     return key, tuple(key + s for s in obsm), tuple(key + s for s in obs)
 
 
-def _names(entries) -> list[str]:
-    uns, obsm, obs = entries
+def _names(written) -> list[str]:
+    uns, obsm, obs = written
     return [f"uns[{uns!r}]", *(f"obsm[{k!r}]" for k in obsm), *(f"obs[{k!r}]" for k in obs)]
 
 
-def _present(adata, entries) -> list[str]:
+def _present(adata, written) -> list[str]:
     """The entries (as :func:`_names` writes them) that ``adata`` holds."""
-    uns, obsm, obs = entries
+    uns, obsm, obs = written
     have = [uns in getattr(adata, "uns", {}), *(k in getattr(adata, "obsm", {}) for k in obsm),
             *(k in getattr(adata, "obs", {}) for k in obs)]
-    return [n for n, h in zip(_names(entries), have) if h]
+    return [n for n, h in zip(_names(written), have) if h]
