@@ -17,7 +17,9 @@ import os
 import stat
 from pathlib import Path
 
-from ._files import _KINDS
+#: what a path is when it is not a regular file, by its mode (also :func:`biomjepa._files.special_kind`'s words)
+FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+              (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 
 logger = logging.getLogger(__name__)
 _NOFOLLOW = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
@@ -80,7 +82,7 @@ def _unsafe(path: Path, st: os.stat_result) -> UnsafeLockFile:
     if stat.S_ISLNK(st.st_mode):
         what = f"is a symbolic link (to {os.path.realpath(path)!r}), not a regular file"
     elif not stat.S_ISREG(st.st_mode):
-        what = f"is {next((kind for test, kind in _KINDS if test(st.st_mode)), 'a special file')}, not a regular file"
+        what = f"is {next((kind for test, kind in FILE_KINDS if test(st.st_mode)), 'a special file')}, not a regular file"
     elif st.st_uid != os.geteuid():
         what = f"belongs to another user (uid {st.st_uid}), not to this one (uid {os.geteuid()})"
     else:
