@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "biomjepa"
-BASE = {"_settings", "_keys", "_files", "_lockfile", "_stops", "_references", "_checks", "_version", "_device",
+BASE = {"_settings", "_keys", "_files", "_lockfile", "_h5files", "_stops", "_references", "_checks", "_version", "_device",
         "_progress", "_docs"}
 ANNDATA = {"<anndata>", "<mudata>", "<scanpy>"}
 #: part → the parts (and AnnData libraries) it may import; BASE may be imported by everything

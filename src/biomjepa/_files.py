@@ -13,8 +13,7 @@ that then (re)writes upgrades its own shared lock); a process refused a lock get
 :class:`LockBusy` naming the holders (from ``/proc/locks`` where there is one, else the record an
 exclusive holder writes into the lock file: pid, host and command; :mod:`biomjepa._lockfile` opens it so that no
 link planted under its name can redirect that record). Platforms without ``fcntl`` (Windows) run unlocked.
-
-Stop signals while writing: :mod:`biomjepa._stops`.
+Stop signals while writing: :mod:`biomjepa._stops`; HDF5 files written whole: :mod:`biomjepa._h5files`.
 """
 
 from __future__ import annotations
@@ -75,10 +74,12 @@ def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp",
     """
     target = Path(target)
     check_regular_target(target)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = None
     try:
+        with stops_held():  # created and named in one step: a stop never leaves it behind, unknown to the clean-up
+            fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+            os.close(fd)
+            tmp = Path(name)
         try:
             mode = os.stat(target).st_mode & 0o7777
         except OSError:
@@ -92,7 +93,8 @@ def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp",
                 replaced()
     except BaseException:
         with stops_held():  # the clean-up is not cut short by another stop signal
-            tmp.unlink(missing_ok=True)
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
         raise
 
 

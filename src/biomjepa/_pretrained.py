@@ -243,6 +243,8 @@ def _copy(r, f, url: str, deadline: float) -> None:
     """Copy response ``r`` into file ``f`` with a progress bar (verbosity >= 2), stopping at ``deadline``."""
     from tqdm.auto import tqdm
 
+    from ._stops import stop_point
+
     sock = getattr(getattr(r.fp, "raw", None), "_sock", None)  # to shorten each read's timeout near the deadline
     size = r.headers.get("Content-Length")
     with tqdm(total=int(size) if size and size.isdigit() else None, unit="B", unit_scale=True, unit_divisor=1024,
@@ -251,6 +253,7 @@ def _copy(r, f, url: str, deadline: float) -> None:
             timeout = _read_timeout(url, deadline)
             if sock is not None:
                 sock.settimeout(timeout)
+            stop_point()  # a stop a command recorded acts between chunks (biomjepa._stops); the partial file goes
             chunk = r.read1(1 << 20)
             if not chunk:
                 return

@@ -5,6 +5,11 @@ Python's default SIGTERM ends the process with no ``finally`` clause run, leavin
 signal that raises can still land inside the clean-up itself, or between a rename and the note that it
 happened, and leave half of each: :func:`stops_held` holds SIGTERM and SIGINT back during such a short step
 and acts on them once it is over.
+
+A command whose work runs through code that must not be cut anywhere (an HDF5 write, whose library finalizers would
+swallow the stop or crash on it) runs it inside :func:`stops_at_safe_points`: a stop signal is only recorded, and
+acted on at the next :func:`stop_point` (between the readers' chunks, between corpus files, before a temporary file is
+renamed) or when the block ends, never inside a library's clean-up and never swallowed.
 """
 
 from __future__ import annotations
@@ -57,3 +62,62 @@ def stops_held():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         if held:
             signal.raise_signal(held[0])
+
+
+#: the stop signal a stops_at_safe_points block recorded; "owned": a loop with its own handling has taken it over
+_PENDING: dict[str, int | bool | None] = {"signum": None, "owned": False}
+
+
+@contextlib.contextmanager
+def stops_at_safe_points():
+    """Run the body with SIGTERM and SIGINT recorded, not raised where the code happens to be: :func:`stop_point`
+    raises ``KeyboardInterrupt("stopped by SIGTERM")`` (or ``SIGINT``) for it between blocks of work, and so does the
+    end of the body if none was reached since (a stop is never swallowed: the command never ends as if it had
+    finished). A second signal, or one that reaches this handler while a loop with its own handling has taken the stop
+    over (:func:`take_over_stop`: the previous handler it calls on a second signal), raises at once. Signals inherited
+    as ignored stay ignored; outside the main thread the body runs with the process' handling unchanged. The previous
+    handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def record(signum, frame):
+        if _PENDING["signum"] is not None or _PENDING["owned"]:  # the user insists, or the loop says: stop now
+            raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+        _PENDING["signum"] = signum
+
+    previous = {}
+    try:
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                previous[sig] = signal.signal(sig, record)
+        yield
+        stop_point()  # a stop recorded after the last safe point
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        _PENDING.update(signum=None, owned=False)
+
+
+def stop_point() -> None:
+    """Act on a stop signal that :func:`stops_at_safe_points` recorded: ``KeyboardInterrupt("stopped by SIGTERM")``
+    (its clean-ups then run as for Ctrl-C). Called where the work can stop whole (between the chunks of a reader,
+    before a temporary file is renamed); a no-op when none is recorded, and outside the main thread."""
+    signum = _PENDING["signum"]
+    if signum is not None and threading.current_thread() is threading.main_thread():
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
+def take_over_stop() -> int | None:
+    """For a loop with its own stop handling (:class:`biomjepa.train.signals.GracefulStop`), entered inside
+    :func:`stops_at_safe_points`: the stop signal recorded and not yet acted on (``None``: none), now the loop's to act
+    on, and until :func:`give_back_stop` a signal reaching the recorder (a second one, passed on by the loop) raises
+    at once."""
+    signum = _PENDING["signum"]
+    _PENDING.update(signum=None, owned=True)
+    return signum
+
+
+def give_back_stop() -> None:
+    """The loop of :func:`take_over_stop` has ended: signals are recorded again until a safe point."""
+    _PENDING["owned"] = False

@@ -84,6 +84,7 @@ def test_scratch_left_by_killed_adapts_is_removed_and_a_running_ones_kept(tmp_pa
         d.mkdir()
         (d / "cells.npz").write_bytes(b"counts")
     (tmp_path / ".older.adapt.lock").write_text("pid 1 on a host: a killed adapt\n")  # its lock file, free
+    (tmp_path / ".ck.adapt.lock").write_text("pid 2 on a host: a killed adapt\n")  # a killed adapt leaves its lock file
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / ".live.adapt.lock")], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:

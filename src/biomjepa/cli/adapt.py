@@ -48,7 +48,7 @@ def add_adapt_parser(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--time-budget", type=positive_seconds, default=None, metavar="SECONDS",
                    help="stop training after this many seconds (default: none)")
     a.add_argument("--seed", type=non_negative_int, default=0, help="training seed (default: 0)")
-    a.set_defaults(func=run_adapt, flags=ADAPT_FLAGS)
+    a.set_defaults(func=run_adapt, flags=ADAPT_FLAGS, parser=a)
     return a
 
 
@@ -62,12 +62,40 @@ ADAPT_FLAGS = {"`bj.tl.embed(adata, checkpoint=out_dir)`": "`biomjepa embed IN.h
 
 def run_adapt(args: argparse.Namespace) -> None:
     """``bj.tl.adapt`` on INPUT (read backed unless ``--embed`` needs it whole), then write ``--embed``; ``--embed``
-    is locked throughout, and a stop signal says what it left (:func:`~.outputs.writing`, :func:`_left`)."""
+    is locked throughout, and a stop signal acts between blocks of work and says what it left
+    (:func:`~.outputs.writing`, :func:`_left`). ``--out`` and the options are checked first (:func:`check_out`); a full
+    disk is one line naming the directory, its free space and the fix."""
+    from .embed import check_read_flags
+    from .errors import check_usage
     from .outputs import writing
 
+    check_read_flags(args)
+    check_usage(args.parser, lambda: check_out(args.out, args.embed), errors=(OSError, ValueError), flags=ADAPT_FLAGS)
     run: dict = {}
-    with writing(args.embed, lambda written: _left(args, run.get("adata"), written)):
+    with writing(args.embed, lambda written: _left(args, run.get("adata"), written), at_safe_points=True):
         _adapt_file(args, run)
+
+
+def check_out(out: str, embed: str | None) -> None:
+    """``--out``, before any work: not a file, not a directory holding files, and not holding ``--embed`` (whose lock
+    file, written beside it, would make an empty ``--out`` hold a file; the checkpoint directory is the checkpoint's
+    alone)."""
+    import os
+    from pathlib import Path
+
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"--out {out!r} is a file; adapt writes a new checkpoint directory there and never "
+                              "replaces a file. Give a new directory (or an empty one).")
+    if path.is_dir() and any(path.iterdir()):
+        raise FileExistsError(f"--out {out!r} is not an empty directory; adapt never replaces a checkpoint or other "
+                              "files. Give a new directory (or an empty one).")
+    if embed is not None:
+        where, ck = Path(os.path.realpath(Path(embed).expanduser())), Path(os.path.realpath(path))
+        if where == ck or where.is_relative_to(ck):
+            raise ValueError(f"--embed {embed!r} is {'--out' if where == ck else 'inside --out'} {out!r}, the "
+                             "checkpoint directory, which holds the checkpoint alone. Give --embed a file outside it, "
+                             f"e.g. {str(ck.parent / (ck.name + '_embedded.h5ad'))!r}.")
 
 
 def _left(args: argparse.Namespace, adata, written: bool) -> str:
@@ -99,14 +127,39 @@ def _adapt_file(args: argparse.Namespace, run: dict) -> None:
     run["adata"] = adata
     rep = adata.uns["biomjepa"]["vocab"]
     print(f"mapped {rep['n_matched']}/{rep['n_vars']} genes; {rep['count_fraction']:.1%} of counts kept")
-    bj.tl.adapt(adata, args.checkpoint, layer=args.layer, use_raw=args.use_raw, input=args.input_kind,
-                library_size_key=args.library_size_key, species=args.species, steps=args.steps,
-                time_budget=args.time_budget, out_dir=args.out, seed=args.seed)
+    try:
+        bj.tl.adapt(adata, args.checkpoint, layer=args.layer, use_raw=args.use_raw, input=args.input_kind,
+                    library_size_key=args.library_size_key, species=args.species, steps=args.steps,
+                    time_budget=args.time_budget, out_dir=args.out, seed=args.seed)
+    except OSError as err:  # it removed what it wrote; a full disk is said in words
+        full = _full_disk(err, args.out)
+        if full is None:
+            raise
+        raise full from err
     rec = adata.uns["biomjepa"]["adapt"]
     print(f"adapted {rec['base']['name']} on {rec['n_cells']} cells: {rec['steps_done']} steps in {rec['seconds']:.0f} s; "
           f"wrote {rec['checkpoint']} (sha256 {rec['checkpoint_sha256']})")
     if args.embed:
         from .embed import write_h5ad_atomic
 
-        write_h5ad_atomic(adata, args.embed)
+        write_h5ad_atomic(adata, args.embed, fix=f"Free space there, or give an --embed file on a disk with room; "
+                          f"the checkpoint in {rec['checkpoint']} is complete (`biomjepa embed {args.input} OUT.h5ad "
+                          f"--checkpoint {rec['checkpoint']}` writes the embedding).")
         print(f"wrote obsm['X_biomjepa'] {adata.obsm['X_biomjepa'].shape} to {args.embed}")
+
+
+def _full_disk(err: OSError, out: str) -> OSError | None:
+    """A full disk while adapting, in one line: where (the file the error names, else ``--out``'s folder, where the
+    checkpoint is assembled with a copy of the cells' counts), its free space and the fix; ``None`` for another error."""
+    import os
+    from pathlib import Path
+
+    from .._h5files import full_disk_error
+
+    named, cause = None, err
+    while cause is not None and named is None:
+        named = getattr(cause, "filename", None)
+        cause = cause.__cause__ or cause.__context__
+    where = Path(os.fsdecode(named)).absolute().parent if named else Path(out).expanduser().absolute().parent
+    return full_disk_error(err, where, what="the adapted checkpoint (or the scratch copy of the cells' counts)",
+                           fix="Free space there, or give an --out on a disk with room; nothing was kept.")

@@ -10,6 +10,7 @@ import time
 import warnings
 from pathlib import Path
 
+from .outputs import STOP_CODES
 from .types import (
     BATCH_SIZE_HELP,
     CHECKPOINT_HELP,
@@ -29,7 +30,8 @@ H5AD, PNG = "pancreas_embedded.h5ad", "umap_pancreas.png"
 def add_demo_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``demo`` subcommand on an ``argparse`` subparsers object; its ``func`` is :func:`run_demo_command`."""
     d = subparsers.add_parser(
-        "demo", help="embed the bundled pancreas demo, cluster it (Leiden) and write a UMAP PNG", epilog=EPILOG,
+        "demo", help="embed the bundled pancreas demo, cluster it (Leiden) and write a UMAP PNG",
+        epilog=EPILOG + STOP_CODES,
         description="Embed the 1,074 bundled Baron pancreas cells (bj.datasets.pancreas), run "
         "scanpy neighbors + UMAP + Leiden on obsm['X_biomjepa'], print the clusters' adjusted Rand index "
         "against the cell types and write OUT/pancreas_embedded.h5ad and OUT/umap_pancreas.png "
@@ -44,14 +46,33 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_demo_command(args: argparse.Namespace) -> None:
-    """Run ``biomjepa demo``: :func:`run_demo`, then print what was written, how long it took and the peak memory."""
+    """Run ``biomjepa demo``: :func:`run_demo`, then print what was written, how long it took and the peak memory. A
+    stop signal acts between steps and blocks, never inside a write, and ends it with one line saying what it left
+    (exit code 143, 130 for SIGINT; :func:`~.outputs.writing`)."""
     import resource
 
     import biomjepa as bj
 
+    from .outputs import file_identity, writing
+
     t0 = time.perf_counter()
-    _say_if_replaced(Path(args.out))
-    out = run_demo(args.out, checkpoint=args.checkpoint, batch_size=args.batch_size, device=args.device)
+    where = Path(args.out)
+    _say_if_replaced(where)
+    before = {name: file_identity(where / name) for name in (H5AD, PNG)}
+    existed = where.exists()
+
+    def left(_) -> str:  # what a stop left: both files new, or neither (the PNG is renamed after the .h5ad)
+        new = [str(where / name) for name in (H5AD, PNG) if file_identity(where / name) != before[name]]
+        if new:
+            return f"{' and '.join(new)} {'was' if len(new) == 1 else 'were'} written in full before it."
+        if not existed:
+            with contextlib.suppress(OSError):
+                where.rmdir()  # the folder this command made, empty
+        return f"nothing was written to {where}" + (" (an earlier demo's files are as they were)." if any(
+            before.values()) else ".")
+
+    with writing(None, left, at_safe_points=True):  # a stop acts between steps and blocks, never inside a write
+        out = run_demo(args.out, checkpoint=args.checkpoint, batch_size=args.batch_size, device=args.device)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"biomjepa {bj.__version__}: {out['message']}")
     print(f"wrote {out['h5ad']} and {out['png']} in {time.perf_counter() - t0:.1f} s (peak RSS {peak:.0f} MiB)")
@@ -63,14 +84,17 @@ def run_demo(out: str | Path, *, checkpoint=None, batch_size=None, device="auto"
     The PNG has two panels: the UMAP coloured by cell type and by Leiden cluster; the returned
     message gives the adjusted Rand index of the clusters against the cell types. A progress bar
     names the step under way (``bj.settings.progress``), above the embedding's own bar. Each file replaces an
-    earlier demo's only once written in full; scanpy's and matplotlib's deprecation notices about the demo's own
-    calls are not shown (they are for the package's maintainers, not for its user).
+    earlier demo's only once written in full, the PNG only after the .h5ad; scanpy's and matplotlib's deprecation
+    notices about the demo's own calls are not shown (they are for the package's maintainers, not for its user).
     """
     import scanpy as sc
 
     import biomjepa as bj
 
+    from .._files import atomic_path
     from .._progress import progress_bar
+    from .._stops import stop_point
+    from .embed import write_h5ad_atomic
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -82,19 +106,20 @@ def run_demo(out: str | Path, *, checkpoint=None, batch_size=None, device="auto"
         bj.tl.embed(adata, checkpoint=checkpoint, batch_size=batch_size, device=device)
         seconds = time.perf_counter() - t0
         steps.update()
+        stop_point()  # a stop a command recorded acts between the steps (biomjepa._stops)
         steps.set_postfix_str("neighbours, UMAP, Leiden")
         with _their_deprecations_quiet():
             sc.pp.neighbors(adata, use_rep="X_biomjepa")
             sc.tl.umap(adata, random_state=0)
             ari = _leiden(adata)
         steps.update()
+        stop_point()
         steps.set_postfix_str("figure")
-        _figure(adata, ari, out / PNG)
-        steps.update()
-        steps.set_postfix_str("writing .h5ad")
-        from .embed import write_h5ad_atomic
-
-        write_h5ad_atomic(adata, out / H5AD)
+        with atomic_path(out / PNG, suffix=".png") as png:  # renamed over an earlier PNG only once the .h5ad is whole
+            _figure(adata, ari, png)
+            steps.update()
+            steps.set_postfix_str("writing .h5ad")
+            write_h5ad_atomic(adata, out / H5AD, fix="Free space there, or give an --out on a disk with room.")
         steps.update()
     params = adata.uns["biomjepa"]["params"]
     message = (

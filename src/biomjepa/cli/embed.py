@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from .outputs import STOP_CODES
 from .types import (
@@ -60,7 +61,7 @@ def add_embed_parser(subparsers) -> argparse.ArgumentParser:
     e.add_argument("--store", metavar="OUT.zarr", default=None,
                    help="atlas mode: `biomjepa embed INPUT... --store OUT.zarr` embeds many .h5ad files (or globs) into "
                    "a zarr store, resumably and on many processes; `biomjepa embed IN --store OUT.zarr --help` lists its options")
-    e.set_defaults(func=run_embed, flags=EMBED_FLAGS)
+    e.set_defaults(func=run_embed, flags=EMBED_FLAGS, parser=e)
     return e
 
 
@@ -75,14 +76,26 @@ EMBED_FLAGS = {"or layer=, not both": "or --layer, not both", "input='lognorm'":
 
 def run_embed(args: argparse.Namespace) -> None:
     """Run ``biomjepa embed INPUT OUTPUT``: ``bj.pp.map_vocab``, ``bj.tl.embed``, then write OUTPUT atomically; OUTPUT
-    is locked throughout (a second command writing it is refused), a stop signal says what it left
-    (:func:`~.outputs.writing`)."""
+    is locked throughout (a second command writing it is refused), a stop signal acts between blocks of work and
+    says what it left (:func:`~.outputs.writing`). Options that cannot go together are a usage error first."""
     from .outputs import writing
 
+    check_read_flags(args)
     _say_if_output_is_replaced(args.input, args.output)
     with writing(args.output, lambda written: f"{args.output} was written in full before it." if written
-                 else f"nothing was written to {args.output}."):
+                 else f"nothing was written to {args.output}.", at_safe_points=True):
         _embed_file(args)
+
+
+def check_read_flags(args: argparse.Namespace) -> None:
+    """``--layer`` with ``--use-raw``, ``--library-size-key`` without ``--input lognorm``: a usage error (exit code 2)
+    before any input is read (:func:`biomjepa.embed.inputs.check_read_args`), in the command's options."""
+    from ..embed.inputs import check_read_args
+    from .errors import check_usage
+
+    check_usage(args.parser, lambda: check_read_args(layer=args.layer, use_raw=args.use_raw, input=args.input_kind,
+                                                     library_size_key=args.library_size_key),
+                flags=args.flags)
 
 
 def _embed_file(args: argparse.Namespace) -> None:
@@ -123,16 +136,18 @@ def _say_if_output_is_replaced(input: str, output: str, prog: str = "biomjepa em
           file=sys.stderr)
 
 
-def write_h5ad_atomic(adata, output: str) -> None:
+def write_h5ad_atomic(adata, output: str | os.PathLike, *, fix: str | None = None) -> None:
     """Write to a temporary file next to ``output`` and rename it: an interrupted write (kill, full
     disk) leaves ``output``, which may be the input file itself, as it was. An ``output`` that is a
-    symbolic link is written through: its target gets the new file, the link stays a link."""
-    from pathlib import Path
+    symbolic link is written through: its target gets the new file, the link stays a link. A full disk is one
+    ``OSError`` naming the directory, its free space and ``fix`` (default: free space or give another OUTPUT), with
+    nothing left behind (the write runs in a child process, which a failed HDF5 write cannot crash this one from:
+    :func:`biomjepa._h5files.in_child`); a stop recorded while writing acts before the rename
+    (:func:`biomjepa._h5files.h5_written`)."""
+    from .._h5files import h5_written, in_child
+    from .outputs import output_target
 
-    from .._files import atomic_path
-
-    target = Path(output)
-    if target.is_symlink():
-        target = target.resolve()
-    with atomic_path(target, suffix=".h5ad") as tmp:  # a random name, created exclusively
-        adata.write_h5ad(tmp)
+    target = output_target(output)
+    fix = fix or "Free space there, or give an OUTPUT on a disk with room; nothing was written, the file is as it was."
+    with h5_written(target, what=f"{target.name} ({adata.n_obs} cells and their embedding)", fix=fix) as tmp:
+        in_child(lambda: adata.write_h5ad(tmp))

@@ -5,7 +5,11 @@ writer at a time, and a stop that says what it left.
 before the input is read until the command ends, so a second command writing the same file (``biomjepa embed
 a.h5ad a.h5ad`` twice) is refused at once, naming the first, instead of one result silently replacing the other.
 Inside it SIGTERM raises :class:`KeyboardInterrupt` as Ctrl-C does, so the temporary file of an interrupted write is
-removed, and the command ends with one line saying what is on disk and exit code 143 (SIGTERM) or 130 (SIGINT).
+removed, and the command ends with one line saying what is on disk and exit code 143 (SIGTERM) or 130 (SIGINT). With
+``at_safe_points`` (``embed``, ``adapt``, ``demo``: they write HDF5, whose library must not be cut anywhere) a stop
+signal is only recorded, and acts between blocks of work or before the rename (:func:`biomjepa._stops.
+stops_at_safe_points`). The partial copies a writer killed outright left beside the output are removed where its lock
+proves it dead (:func:`biomjepa._h5files.locked_output`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ def output_target(output: str | os.PathLike) -> Path:
 
 
 @contextlib.contextmanager
-def writing(output: str | os.PathLike | None, left: Callable[[bool], str]) -> Iterator[None]:
+def writing(output: str | os.PathLike | None, left: Callable[[bool], str], *,
+            at_safe_points: bool = False) -> Iterator[None]:
     """Run a command's work with ``output`` locked (none: nothing locked) and stop signals said in one line.
 
     ``left(written)`` says what a stop left on disk, ``written`` telling whether ``output`` was replaced since the
@@ -38,21 +43,21 @@ def writing(output: str | os.PathLike | None, left: Callable[[bool], str]) -> It
     biomjepa._files.LockBusy
         Another process writes ``output``; the message names it.
     """
-    from .._files import output_lock
-    from .._stops import sigterm_interrupts
+    from .._h5files import locked_output
+    from .._stops import sigterm_interrupts, stops_at_safe_points
     from .errors import stopped
 
     target = output_target(output) if output is not None else None
-    with contextlib.nullcontext() if output is None else output_lock(output):
-        before = _identity(target)
+    with contextlib.nullcontext() if output is None else locked_output(output):
+        before = file_identity(target)
         try:
-            with sigterm_interrupts("stopped by SIGTERM"):
+            with stops_at_safe_points() if at_safe_points else sigterm_interrupts("stopped by SIGTERM"):
                 yield
         except KeyboardInterrupt as err:
-            raise stopped(err, left(_identity(target) != before)) from None
+            raise stopped(err, left(file_identity(target) != before)) from None
 
 
-def _identity(path: Path | None) -> tuple[int, int] | None:
+def file_identity(path: Path | None) -> tuple[int, int] | None:
     """``(device, inode)`` of the file at ``path`` (``None``: none there): a rename over it changes it."""
     try:
         st = os.stat(path) if path is not None else None

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+from pathlib import Path
 
 from .errors import Stopped, check_usage, run_command
 from .types import TRAIN_PRESETS, train_config
@@ -71,23 +74,26 @@ def run_train(parser: argparse.ArgumentParser, config: str, overrides: list[str]
     SIGTERM/SIGINT (on any rank) has its state saved and is *not* exported: :class:`~.errors.Stopped`
     with exit code ``128 + signum`` (75 on a rank the signal did not reach), so a batch system sees
     that the work is not done and the same command resumes it. That line (the state file saved, and how to
-    resume) is the one report of the stop: the loop only acknowledges the signal when it arrives.
+    resume) is the one report of the stop: the loop only acknowledges the signal when it arrives. A stop while the
+    run is set up (the corpus prepared) is one line too (:func:`stops_said`), and a wrong pin in ``model.init_from``
+    is a usage error before the corpus is touched.
     """
-    import os
-
     from ..train import export, load_config, pretrain
     from ..train.checkpoint import check_export_dir
+    from ..train.setup import check_init_from
 
     if export_dir:
         check_usage(parser, lambda: check_export_dir(export_dir, overwrite=export_overwrite),
                     errors=(FileExistsError,), flags=TRAIN_FLAGS)
     cfg = load_config(config, overrides)
+    check_usage(parser, lambda: check_init_from(cfg.model.init_from), flags=TRAIN_FLAGS)  # a wrong pin, before the corpus
     hook = None
     if cfg.probe.path is not None:
         from ..bench.probe import probe_hook
 
         hook = probe_hook(cfg)
-    run_dir = pretrain(cfg, on_checkpoint=hook, report_stop=False)  # a stop is said once, by _raise_if_stopped
+    with stops_said(cfg, export_dir):  # a stop while the run is set up: one line, what this command made removed
+        run_dir = pretrain(cfg, on_checkpoint=hook, report_stop=False)  # a stop in the loop: _raise_if_stopped
     print(run_dir, flush=True)
     _raise_if_stopped(cfg, run_dir, export_dir)
     if export_dir and int(os.environ.get("RANK", "0")) == 0:
@@ -115,3 +121,79 @@ def _raise_if_stopped(cfg, run_dir, export_dir: str | None) -> None:
     saved = f"the state of step {step} is saved in {latest}" if latest is not None else f"no state was saved yet in {run_dir}"
     raise Stopped(f"stopped on {name} after step {step} of {end}: {saved}{skipped}. Run the same command again to "
                   "resume.", stop_exit_code(signum))
+
+
+@contextlib.contextmanager
+def stops_said(cfg, export_dir: str | None):
+    """Run the training with SIGTERM/SIGINT acted on at safe points (:func:`biomjepa._stops.stops_at_safe_points`:
+    between the corpus files' blocks while it is prepared; the loop takes a stop over at its first step boundary). A
+    stop before the loop ends the command with :class:`~.errors.Stopped` (``stopped by SIGTERM; ...``, exit 143, 130
+    for SIGINT), the run directory and corpus cache this command made (nothing trained in them) removed, a cache
+    being prepared left without its temporary shard, and every lock given back."""
+    from .._stops import stops_at_safe_points
+    from .errors import stopped
+
+    run_dir = _setup_run_dir(cfg)
+    cache = _own_cache(cfg, run_dir)
+    made = {d: kind for d, kind in ((cache, "cache"), (run_dir, "run")) if d is not None and not os.path.lexists(d)
+            and int(os.environ.get("RANK", "0")) == 0}  # rank 0 makes them (and removes them)
+    if run_dir in made and cache is not None and cache.is_relative_to(run_dir):
+        made.pop(cache, None)  # removed with the run directory
+    try:
+        with stops_at_safe_points():
+            yield
+    except KeyboardInterrupt as err:
+        raise stopped(err, _left(run_dir, made, export_dir)) from None
+
+
+def _setup_run_dir(cfg) -> Path:
+    from ..train.setup import run_dir_of
+
+    return Path(os.path.abspath(run_dir_of(cfg)))
+
+
+def _own_cache(cfg, run_dir: Path) -> Path | None:
+    """The corpus cache the run prepares (``data.cache_dir``, else ``RUN_DIR/corpus``); ``None`` for a prepared one."""
+    corpus = cfg.data.corpus
+    if corpus is None or (isinstance(corpus, str) and (Path(corpus) / "manifest.json").is_file()):
+        return None
+    return Path(os.path.abspath(cfg.data.cache_dir)) if cfg.data.cache_dir else run_dir / "corpus"
+
+
+def _left(run_dir: Path, made: dict[Path, str], export_dir: str | None) -> str:
+    """What a stop before (or after) the training loop left: the saved state to resume from, else nothing, the
+    directories this command made removed (each under its own lock: one another process took is left)."""
+    from ..train.checkpoint import latest_state
+
+    latest = latest_state(run_dir) if run_dir.is_dir() else None
+    skipped = f"; nothing was exported to {export_dir}" if export_dir else ""
+    if latest is not None:
+        return f"the latest saved state is {latest}{skipped}. Run the same command again to resume."
+    removed = [str(d) for d, kind in made.items() if _remove_made(d, kind)]
+    gone = f" ({' and '.join(removed)}, made by this command, removed)" if removed else ""
+    return f"nothing was trained{gone}{skipped}. Run the same command again to start."
+
+
+def _remove_made(path: Path, kind: str) -> bool:
+    """Remove ``path``, the corpus cache or run directory (``kind``) this command made, unless another process holds
+    its lock now; whether it is gone."""
+    import shutil
+
+    from .._files import LockBusy, lock
+    from ..train.runlock import RunDirectoryBusy, lock_run_dir, unlock_run_dir
+
+    if not path.is_dir():
+        return False
+    try:
+        if kind == "cache":
+            with lock(path / ".lock", what=f"The corpus cache {path}", fix="It is in use."):
+                shutil.rmtree(path, ignore_errors=True)
+        else:
+            lock_run_dir(path)
+            try:
+                shutil.rmtree(path, ignore_errors=True)
+            finally:
+                unlock_run_dir(path)
+    except (LockBusy, RunDirectoryBusy, OSError):
+        return False
+    return not path.exists()

@@ -193,6 +193,8 @@ def _write_cache(cache: Path, specs: list[dict], meta: dict, inputs: list[dict],
 
 
 def _write_shards(cache: Path, specs: list[dict], meta: dict, inputs: list[dict], entries: list) -> None:
+    from .._stops import stop_point
+
     (cache / MANIFEST).unlink(missing_ok=True)  # a preparation killed part-way leaves no manifest to trust
     shutil.rmtree(cache / "graph", ignore_errors=True)  # the gene graph cached for the old cells
     shards = []
@@ -210,6 +212,7 @@ def _write_shards(cache: Path, specs: list[dict], meta: dict, inputs: list[dict]
         logger.info("prepare_corpus: hashing %d input file(s) (%s) to record their content (sha256), a second read "
                     "of each", len(hashed), size_text(sum(i["size"] for i in hashed)))
     recorded = with_sha256(inputs)
+    stop_point()  # a stop recorded while hashing acts before the manifest (biomjepa._stops); none comes after it
     changed = _changed(inputs, _identity(specs))
     if changed:
         raise ValueError(f"Corpus file(s) {', '.join(changed)} changed while {cache} was being prepared; "

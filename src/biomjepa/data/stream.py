@@ -94,14 +94,18 @@ def iter_counts(
     """Yield ``(rows, block)`` of the raw matrix, ``chunk`` rows at a time, from ``start`` to ``stop``.
 
     Backed and dask-backed matrices are read one block at a time; nothing is densified (a dense
-    ``X`` stays dense, one block at a time).
+    ``X`` stays dense, one block at a time). Before each block, a stop signal that a command recorded is acted on
+    (:func:`biomjepa._stops.stop_point`).
     """
+    from .._stops import stop_point
+
     X = count_matrix(adata, layer)
     n = adata.n_obs
     stop = n if stop is None else min(int(stop), n)
     if chunk < 1:
         raise ValueError(f"chunk must be a positive number of rows, got {chunk!r}.")
     for a, b in _row_bounds(X, int(chunk), int(start), stop):
+        stop_point()  # a stop signal a command recorded acts here, between blocks (biomjepa._stops)
         yield slice(a, b), materialize(X[a:b])
 
 

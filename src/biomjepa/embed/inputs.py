@@ -53,7 +53,7 @@ def check_h5ad(path: str) -> Path:
 def resolve_inputs(patterns: list[str], *, writable: bool = False) -> list[AtlasInput]:
     """Checked inputs with unique store names (file stems; a repeated stem gets ``_2``, ``_3``...).
 
-    The same file given twice is an error. With ``writable=True`` (``--write-obsm``) each file's
+    The same file given twice is an error. With ``writable=True`` (``--write-obsm``) each file and its
     directory must be writable, since the file is replaced by an updated copy.
     """
     out: list[AtlasInput] = []
@@ -66,6 +66,9 @@ def resolve_inputs(patterns: list[str], *, writable: bool = False) -> list[Atlas
         seen_paths.add(p)
         if writable and not os.access(p.parent, os.W_OK | os.X_OK):
             raise PermissionError(f"write_obsm=True: cannot write into the directory of {raw!r} (permission denied)")
+        if writable and not os.access(p, os.W_OK):  # found only after the embedding otherwise
+            raise PermissionError(f"write_obsm=True: {raw!r} is read-only, and write_obsm=True replaces it; make it "
+                                  f"writable (`chmod u+w {raw}`) or leave out write_obsm=True.")
         name, k = p.stem, 1
         while name in names:
             k += 1

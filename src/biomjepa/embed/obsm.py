@@ -7,9 +7,9 @@ copy block by block (never the whole matrix in memory) together with
 input as it was. Before the rename the store's manifest records the copy's size and mtime as the input's
 ``pending`` identity (a rename keeps both); after it, the new size and mtime of the file and that it holds the
 embedding (``obsm: true``), in one step with the rename that no stop signal parts
-(:func:`~biomjepa._files.atomic_path`), so re-running the same command still recognises its inputs and writes
-only those a stop left as they were (:func:`obsm_written_into` says which). A process killed (or a record that
-failed, a full disk) between the rename and the record leaves the input new and its record old: the next run finds
+(:func:`~biomjepa._h5files.h5_written`; a full disk is one line, no copy left), so re-running the same command
+still recognises its inputs and writes only those a stop left as they were (:func:`obsm_written_into` says
+which). A process killed (or a record that failed, a full disk) between the rename and the record leaves the input new and its record old: the next run finds
 the file's size and mtime to be the ``pending`` ones and records it then (:func:`settle_pending`), so the store
 still resumes and the input is not written again. Every input is locked as the other
 writers of a file lock it (:func:`inputs_locked`), before the first is written.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._files import atomic_path, output_lock
+from .._h5files import h5_written, in_child, locked_output
 from .store import KEY, OBSM, AtlasStore
 
 logger = logging.getLogger(__name__)
@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 def inputs_locked(paths: list[str]) -> Iterator[None]:
     """Hold the lock of each input ``write_obsm`` replaces (:func:`~biomjepa._files.output_lock`, that of ``biomjepa
     embed IN OUT``), all taken before any is written: another command writing one of them is refused, or refuses.
+    The copies a run killed outright left beside an input (``.NAME.<random>.h5ad``) are removed where the input's
+    lock file was there and is free, which proves that run dead (:func:`~biomjepa._h5files.locked_output`).
 
     Raises
     ------
@@ -43,8 +45,8 @@ def inputs_locked(paths: list[str]) -> Iterator[None]:
         Another process writes one of ``paths``; the message names the file and the process.
     """
     with contextlib.ExitStack() as stack:
-        for p in paths:
-            stack.enter_context(output_lock(p, what=f"The input {p}, which write_obsm=True replaces,", fix=(
+        for p in paths:  # the partial copies a killed run left beside p go, where its lock proves it dead
+            stack.enter_context(locked_output(p, what=f"The input {p}, which write_obsm=True replaces,", fix=(
                 "Two commands writing one file keep only one's result: wait for that one to finish, or leave out "
                 "write_obsm=True.")))
         yield
@@ -138,8 +140,10 @@ def _write_one(st: AtlasStore, k: int, path: Path) -> None:
     """Write input ``k`` (``path``) anew with the embedding: a copy, recorded as pending, renamed over it and
     recorded (see the module docstring)."""
     # a random name, created exclusively; renamed over the input, then _record() (no stop in between)
-    with atomic_path(path, suffix=".h5ad", replaced=lambda: _record(st, k, path)) as tmp:
-        _write_copy(st, st.manifest["inputs"][k], path, tmp)
+    with h5_written(path, what=f"the copy of {path.name} with obsm[{OBSM!r}]", replaced=lambda: _record(st, k, path),
+                    fix="Free space there (a copy of each input is written beside it, then renamed over it); the "
+                        "same command then writes the inputs not yet written.") as tmp:
+        in_child(lambda: _write_copy(st, st.manifest["inputs"][k], path, tmp))  # a failed HDF5 write ends there
         _pending(st, k, tmp)  # last: the copy is complete and its size and mtime stay as they are through the rename
 
 

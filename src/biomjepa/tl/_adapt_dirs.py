@@ -49,6 +49,7 @@ def _claimed(out_dir):
     with _CLAIMED_GUARD:  # the file lock is re-entrant within a process: two threads are told apart here
         if str(out) in _CLAIMED:
             raise LockBusy(f"out_dir={str(out)!r} is being written by another bj.tl.adapt of this process. {fix}")
+        before = _lock_file(path)
         held = lock(path, what=f"out_dir={str(out)!r}", fix=fix)
         _CLAIMED.add(str(out))
     try:
@@ -56,7 +57,7 @@ def _claimed(out_dir):
             what = "a file" if not out.is_dir() else "not an empty directory"
             raise FileExistsError(f"out_dir={str(out)!r} is {what}; adapt never replaces a checkpoint or other "
                                   "files. Give a new directory (or an empty one).")
-        _sweep(out)
+        _sweep(out, own_dead=before is not None and _lock_file(path) == before)
         yield out
     finally:
         with stops_held():  # the lock file goes with the lock, whatever signal comes meanwhile
@@ -67,11 +68,13 @@ def _claimed(out_dir):
                 _CLAIMED.discard(str(out))
 
 
-def _sweep(out: Path) -> None:
+def _sweep(out: Path, *, own_dead: bool = False) -> None:
     """Remove, with a warning naming each, the scratch directories (with their copy of the cells' counts) that
-    adapts killed outright (SIGKILL, a power cut) left beside ``out``: this call's own name's (its lock is held by
-    this call), and another name's whose lock this process can take (no process runs that adapt). A scratch
-    directory whose adapt runs, in another process or another thread of this one, stays."""
+    adapts killed outright (SIGKILL, a power cut) left beside ``out``, where a lock proves their adapt dead: the lock
+    file of their ``out_dir`` was there (a killed adapt leaves it, a finished one removes it) and is free, this call's
+    own name's when ``own_dead`` (this call took the lock file it found), another name's when this process can take
+    its lock. A scratch directory whose lock file is missing stays: its adapt may run, its lock file deleted by hand;
+    and so does one whose adapt runs, in another process or another thread of this one."""
     from .._files import LockBusy, lock
     from .._lockfile import UnsafeLockFile
 
@@ -85,19 +88,34 @@ def _sweep(out: Path) -> None:
             continue
         name = match["name"]
         if name == out.name:
-            _remove_stale(entry)
+            if own_dead:
+                _remove_stale(entry)
             continue
+        lock_path = out.parent / f".{name}.adapt.lock"
         with _CLAIMED_GUARD:  # the file lock is re-entrant within a process: another thread's adapt is told apart here
             if os.path.realpath(out.parent / name) in {os.path.realpath(c) for c in _CLAIMED}:
                 continue
+            found = _lock_file(lock_path)
+            if found is None:  # no lock file: nothing proves that adapt dead (never create one to take)
+                continue
             try:
-                held = lock(out.parent / f".{name}.adapt.lock", what=f"out_dir={str(out.parent / name)!r}",
-                            fix="It is running.", remove=True)
+                held = lock(lock_path, what=f"out_dir={str(out.parent / name)!r}", fix="It is running.", remove=True)
             except (LockBusy, UnsafeLockFile):  # running, or a lock file that proves nothing (a planted link)
                 continue
         with held:
-            if held.locked:
+            if held.locked and _lock_file(lock_path) == found:  # the very lock file the killed adapt left
                 _remove_stale(entry)
+
+
+def _lock_file(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the regular file at ``path`` (a link not followed); ``None`` when there is none."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 def _remove_stale(entry: Path) -> None:

@@ -31,8 +31,9 @@ def run_dir_of(cfg: TrainConfig) -> Path:
 def check_run_inputs(cfg: TrainConfig) -> None:
     """What can be checked before the run directory or the corpus cache is touched: ``loop.device`` usable on
     this machine (CUDA present for ``cuda``/``cuda:N``, MPS for ``mps``; a ``RuntimeError`` otherwise) and the
-    ``data.corpus`` listing (its files exist and are h5ad/npz, none listed twice), and ``data.num_workers`` (at
-    most the CPU cores this process may use), in the config's words."""
+    ``data.corpus`` listing (its files exist and are h5ad/npz, none listed twice), ``data.num_workers`` (at
+    most the CPU cores this process may use) and ``model.init_from``'s pin (:func:`check_init_from`), in the config's
+    words."""
     from .._device import check_available
     from ..data.shards import check_corpus_listing
 
@@ -46,6 +47,23 @@ def check_run_inputs(cfg: TrainConfig) -> None:
     corpus = cfg.data.corpus
     if corpus is not None and not (isinstance(corpus, str) and (Path(corpus) / "manifest.json").is_file()):
         check_corpus_listing(corpus, "data.corpus")
+    check_init_from(cfg.model.init_from)
+
+
+def check_init_from(ref: str | None) -> None:
+    """``model.init_from``'s pin, checked before the corpus is prepared where no download is needed: a registered
+    name's against the registry, a directory's against its files (a URL's is checked as it is downloaded)."""
+    from .._pretrained import REGISTRY, resolve_checkpoint
+    from .._references import parse_reference
+
+    if ref is None:
+        return
+    with init_from_words():
+        kind, target, pin = parse_reference(ref, registry=REGISTRY)
+        entry = REGISTRY.get(target, {}) if kind == "name" else {}
+        remote_ok = "path" not in entry and pin in (entry.get("checkpoint_sha256") or entry.get("sha256"), None)
+        if pin is not None and kind != "url" and not (kind == "name" and remote_ok):
+            resolve_checkpoint(ref)  # refuses a wrong pin (a remote name's before any download)
 
 
 def check_num_workers(n: int, *, resuming: bool = False) -> None:

@@ -5,7 +5,9 @@ checkpoint. Inside :class:`GracefulStop` the first SIGTERM/SIGINT only records t
 loop finishes its step, saves the state and returns. A second signal restores the previous
 handlers and re-raises itself, i.e. stops at once (the state files are written atomically, so this
 leaves the previous state intact). Handlers can only be installed in the main thread; elsewhere
-the block runs with the process' handlers unchanged. A signal the process was started with set to
+the block runs with the process' handlers unchanged. A signal that arrived before the block, while a command
+recorded it to act on at a safe point (:func:`biomjepa._stops.stops_at_safe_points`: setting the run up), is taken
+over: the run stops at its first step boundary. A signal the process was started with set to
 *ignored* (``SIG_IGN``: SIGINT of a job started with ``&`` by a non-interactive shell, or under a
 batch system that shields its jobs from Ctrl-C) stays ignored, as Python itself leaves it: the run
 does not depend on, nor change, the disposition it inherited.
@@ -48,7 +50,10 @@ class GracefulStop:
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> GracefulStop:
+        from .._stops import take_over_stop
+
         _last["signum"] = None
+        self.signum = take_over_stop()  # one a command recorded while setting the run up: stop at the first boundary
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
                 if signal.getsignal(sig) is signal.SIG_IGN:  # inherited as ignored: keep it so
@@ -57,8 +62,11 @@ class GracefulStop:
         return self
 
     def __exit__(self, *exc) -> None:
+        from .._stops import give_back_stop
+
         _last["signum"] = self.signum
         self._restore()
+        give_back_stop()
 
     @property
     def name(self) -> str:
