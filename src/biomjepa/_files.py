@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._lockfile import FILE_KINDS as _KINDS
 from ._stops import stops_held
 
 try:
@@ -98,8 +99,6 @@ def atomic_path(target: str | os.PathLike, *, suffix: str = ".tmp",
         raise
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 
 
 def special_kind(path: str | os.PathLike) -> str | None:
@@ -318,7 +317,7 @@ def _locked_fd(path: Path, shared: bool, what: str, fix: str, tries: int = 5) ->
 def _open(path: Path) -> int | None:
     """A descriptor on the lock file, never through a link nor into another file (:func:`biomjepa._lockfile.
     open_lock_file`); read-only on an existing file in a read-only place; ``None`` when neither."""
-    from ._lockfile import open_lock_file  # it uses this module's names of file kinds
+    from ._lockfile import open_lock_file
 
     return open_lock_file(path)
 
