@@ -21,6 +21,10 @@ can be slowed by other tenants. On CPU, ``base`` makes one pass over at most 64 
 would not be a fair sample: length-sorted batches of a handful of cells carry much more padding
 than ``tl.embed``'s batches over a whole dataset do.
 
+``--checkpoints NAME=CHECKPOINT ...`` times ``bj.tl.embed`` itself, end to end on the 1,074 bundled test cells, for each
+checkpoint side by side in one process (the best of ``--repeats`` calls after a warm-up call): a bundled model's
+cost per cell is every user's cost (issue 69: d = 256 against d = 128); the ratios to the first checkpoint are printed.
+
     python benchmarks/speed/bench_embed.py [--cells 256] [--batch-size 8] [--configs mini base]
         [--padding-batch-sizes 8 64] [--padding-cells 0 (all)] [--padding-only] [--device cpu]
 """
@@ -41,6 +45,7 @@ from benchmarks._common import (
     encoder_flops_per_token,
     gemm_gflops,
     keep_per_row,
+    machine,
     peak_gemm_gflops,
     write_csv,
 )
@@ -132,6 +137,25 @@ def padding_rows(sets: dict, batch_sizes: list[int]) -> list[dict]:
     return rows
 
 
+def embed_cost(checkpoints: dict[str, str], repeats: int, out: str) -> None:
+    """Seconds per 1,000 cells of ``bj.tl.embed`` on the bundled test cells, per checkpoint, and the ratio to the
+    first; written to ``results/<out>``."""
+    import biomjepa as bj
+
+    adata = bj.datasets.pancreas()
+    bj.pp.map_vocab(adata)
+    rows = []
+    for name, ck in checkpoints.items():
+        bj.tl.embed(adata, checkpoint=ck, key_added="X_cost")  # warm-up: loads and verifies the checkpoint
+        t = best_time(lambda ck=ck: bj.tl.embed(adata, checkpoint=ck, key_added="X_cost"), repeats)
+        rows.append({"checkpoint": name, "n_cells": adata.n_obs, "dim": adata.obsm["X_cost"].shape[1],
+                     "s_per_1000_cells": 1000 * t / adata.n_obs, "cells_per_s": adata.n_obs / t})
+        rows[-1]["ratio_to_first"] = rows[-1]["s_per_1000_cells"] / rows[0]["s_per_1000_cells"]
+        print(f"{name:>10} {rows[-1]['dim']:4d}-d {rows[-1]['cells_per_s']:8.1f} cells/s "
+              f"{rows[-1]['s_per_1000_cells']:6.2f} s per 1,000 cells  x{rows[-1]['ratio_to_first']:.2f}")
+    print("wrote", write_csv([r | machine("cpu", "cpu_flags", "threads") for r in rows], out))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cells", type=int, default=256)
@@ -144,7 +168,11 @@ def main() -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (CUDA: bf16 autocast, bf16 GEMM reference)")
     p.add_argument("--repeats", type=int, default=3, help="passes over the cells; the fastest is kept")
     p.add_argument("--out", default="bench_embed.csv", help="CSV name under results/")
+    p.add_argument("--checkpoints", nargs="+", default=None, metavar="NAME=CHECKPOINT",
+                   help="only time bj.tl.embed end to end for these checkpoints (module docstring)")
     args = p.parse_args()
+    if args.checkpoints:
+        return embed_cost(dict(c.split("=", 1) for c in args.checkpoints), args.repeats, args.out)
 
     import pandas as pd
 

@@ -541,8 +541,9 @@ def test_cli_adapt_writes_the_checkpoint_and_the_embedding(tmp_path, base, capsy
     assert out.obsm["X_biomjepa"].shape == (N, D)
     assert out.uns["biomjepa"]["adapt"]["checkpoint_sha256"] == checkpoint_sha256(tmp_path / "ck")
     assert "wrote" in capsys.readouterr().out
-    code = main(["adapt", str(tmp_path / "in.h5ad"), "--out", str(tmp_path / "ck"), "--checkpoint", base, "--steps", "2"])
-    assert code == 1 and "not an empty directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # issue 68: a non-empty --out is a usage error, found before any work
+        main(["adapt", str(tmp_path / "in.h5ad"), "--out", str(tmp_path / "ck"), "--checkpoint", base, "--steps", "2"])
+    assert exit_.value.code == 2 and "not an empty directory" in capsys.readouterr().err
 
 
 def test_cli_adapt_refuses_a_bad_time_budget_as_a_usage_error_before_reading(tmp_path, base, capsys, monkeypatch):
