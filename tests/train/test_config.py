@@ -268,7 +268,8 @@ def test_v05_corpus_is_every_whole_transcriptome_file_but_the_held_out(shared_da
 
 
 @pytest.mark.shared
-@pytest.mark.parametrize("recipe", ["biomjepa-mini-v0.6-d128.yaml", "biomjepa-mini-v0.6-d256.yaml"])
+@pytest.mark.parametrize("recipe", ["biomjepa-mini-v0.6-d128.yaml", "biomjepa-mini-v0.6-d192.yaml",
+                                    "biomjepa-mini-v0.6-d256.yaml"])
 def test_v06_corpus_is_every_whole_transcriptome_file_but_the_four_validation_tissues(shared_data, recipe):
     from pathlib import Path
 
