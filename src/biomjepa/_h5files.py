@@ -215,10 +215,10 @@ def locked_output(output: str | os.PathLike, *, what: str | None = None, fix: st
     module docstring). The caller gives the lock back (``with`` or :meth:`~biomjepa._files.Lock.release`)."""
     target = Path(output).resolve() if Path(output).is_symlink() else Path(output)
     lock_file = target.with_name(f".{target.name}.lock")
-    before = _identity(lock_file)
+    before = file_identity(lock_file)
     held = output_lock(output, what=what, fix=fix)
     try:
-        if before is not None and held.locked and _identity(lock_file) == before:
+        if before is not None and held.locked and file_identity(lock_file) == before:
             for copy in copies_left(target):
                 with contextlib.suppress(OSError):  # gone already, or not this user's to remove
                     copy.unlink()
@@ -230,7 +230,8 @@ def locked_output(output: str | os.PathLike, *, what: str | None = None, fix: st
     return held
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
+def file_identity(path: str | os.PathLike) -> tuple[int, int] | None:
+    """``(device, inode)`` of the regular file at ``path`` (a link not followed); ``None`` when there is none."""
     try:
         st = os.lstat(path)
     except OSError:

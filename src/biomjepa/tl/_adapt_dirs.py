@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+from .._h5files import file_identity
 from .._settings import settings
 
 _CLAIMED: set[str] = set()  # out_dirs this process is writing (bj.tl.adapt in several threads)
@@ -49,7 +50,7 @@ def _claimed(out_dir):
     with _CLAIMED_GUARD:  # the file lock is re-entrant within a process: two threads are told apart here
         if str(out) in _CLAIMED:
             raise LockBusy(f"out_dir={str(out)!r} is being written by another bj.tl.adapt of this process. {fix}")
-        before = _lock_file(path)
+        before = file_identity(path)
         held = lock(path, what=f"out_dir={str(out)!r}", fix=fix)
         _CLAIMED.add(str(out))
     try:
@@ -57,7 +58,7 @@ def _claimed(out_dir):
             what = "a file" if not out.is_dir() else "not an empty directory"
             raise FileExistsError(f"out_dir={str(out)!r} is {what}; adapt never replaces a checkpoint or other "
                                   "files. Give a new directory (or an empty one).")
-        _sweep(out, own_dead=before is not None and _lock_file(path) == before)
+        _sweep(out, own_dead=before is not None and file_identity(path) == before)
         yield out
     finally:
         with stops_held():  # the lock file goes with the lock, whatever signal comes meanwhile
@@ -95,7 +96,7 @@ def _sweep(out: Path, *, own_dead: bool = False) -> None:
         with _CLAIMED_GUARD:  # the file lock is re-entrant within a process: another thread's adapt is told apart here
             if os.path.realpath(out.parent / name) in {os.path.realpath(c) for c in _CLAIMED}:
                 continue
-            found = _lock_file(lock_path)
+            found = file_identity(lock_path)
             if found is None:  # no lock file: nothing proves that adapt dead (never create one to take)
                 continue
             try:
@@ -103,19 +104,8 @@ def _sweep(out: Path, *, own_dead: bool = False) -> None:
             except (LockBusy, UnsafeLockFile):  # running, or a lock file that proves nothing (a planted link)
                 continue
         with held:
-            if held.locked and _lock_file(lock_path) == found:  # the very lock file the killed adapt left
+            if held.locked and file_identity(lock_path) == found:  # the very lock file the killed adapt left
                 _remove_stale(entry)
-
-
-def _lock_file(path: Path) -> tuple[int, int] | None:
-    """``(device, inode)`` of the regular file at ``path`` (a link not followed); ``None`` when there is none."""
-    import stat
-
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 def _remove_stale(entry: Path) -> None:
